@@ -1,0 +1,178 @@
+"""Per-range metrics under each attribution scheme → the phase table, kernel table and totals.
+
+Definitions (also in the README):
+- ``kernel_ns`` all kernels (NCCL included), ``nccl_ns`` NCCL kernels, ``memcpy_ns``/``memset_ns``
+  copies and sets; under *projection* whole operations, under *window* the part inside the range.
+- ``gpu_busy_ns``: per device, the union of the range's operations within the range's interval
+  (overlapping streams count once), summed over the devices concerned.
+- ``idle_ns = wall_ns × n_devices − gpu_busy_ns``; devices concerned are those the range's
+  operations ran on (projection) or every device of the run (window).
+- ``n_kernels`` and ``memcpy_bytes`` count an operation once, in the range where it starts
+  (window) or in every range enclosing its launch (projection).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from analysis.intervals import union_length
+
+GROUP_KEYS = ["trace", "pid", "step", "path", "phase", "attribution"]
+METRICS = ["kernel_ns", "nccl_ns", "memcpy_ns", "memcpy_bytes", "memset_ns", "n_kernels"]
+
+
+def class_sums(duration: pl.Expr, counted: pl.Expr) -> list[pl.Expr]:
+    """Per-class time sums of ``duration``, and counts/bytes of rows where ``counted``."""
+    kind = pl.col("kind")
+    return [
+        duration.filter(kind == "kernel").sum().alias("kernel_ns"),
+        duration.filter(pl.col("op_class") == "nccl").sum().alias("nccl_ns"),
+        duration.filter(kind == "memcpy").sum().alias("memcpy_ns"),
+        pl.col("bytes").filter((kind == "memcpy") & counted).sum().alias("memcpy_bytes"),
+        duration.filter(kind == "memset").sum().alias("memset_ns"),
+        ((kind == "kernel") & counted).sum().cast(pl.Int64).alias("n_kernels"),
+    ]
+
+
+def projection_metrics(
+    pairs: pl.DataFrame, ops: pl.DataFrame, ranges: pl.DataFrame
+) -> pl.DataFrame:
+    """Metrics per range from (op_id, rid) pairs: whole ops, busy clipped to the range."""
+    joined = pairs.join(
+        ops.select("op_id", "device", "kind", "op_class", "bytes", "start_ns", "end_ns"),
+        on="op_id",
+    ).join(
+        ranges.select("rid", pl.col("start_ns").alias("r_start"), pl.col("end_ns").alias("r_end")),
+        on="rid",
+    )
+    sums = joined.group_by("rid").agg(
+        *class_sums(pl.col("end_ns") - pl.col("start_ns"), pl.lit(True)),
+        pl.col("device").n_unique().alias("n_devices"),
+        pl.col("start_ns").min().alias("gpu_start_ns"),
+        pl.col("end_ns").max().alias("gpu_end_ns"),
+    )
+    clipped = joined.select(
+        "rid",
+        "device",
+        pl.max_horizontal("start_ns", "r_start").alias("start_ns"),
+        pl.min_horizontal("end_ns", "r_end").alias("end_ns"),
+    ).filter(pl.col("end_ns") > pl.col("start_ns"))
+    busy = (
+        union_length(clipped, ["rid", "device"])
+        .group_by("rid")
+        .agg(pl.col("busy_ns").sum().alias("gpu_busy_ns"))
+    )
+    return sums.join(busy, on="rid", how="left").with_columns(pl.col("gpu_busy_ns").fill_null(0))
+
+
+def segment_device_metrics(pieces: pl.DataFrame) -> pl.DataFrame:
+    """Per (segment, device): clipped class sums, counts, busy union and first/last activity."""
+    sums = pieces.group_by("seg", "device").agg(
+        *class_sums(pl.col("overlap_ns"), pl.col("first_piece")),
+        pl.col("piece_start_ns").filter(pl.col("overlap_ns") > 0).min().alias("gpu_start_ns"),
+        pl.col("piece_end_ns").filter(pl.col("overlap_ns") > 0).max().alias("gpu_end_ns"),
+    )
+    busy = union_length(
+        pieces.filter(pl.col("overlap_ns") > 0),
+        ["seg", "device"],
+        start="piece_start_ns",
+        end="piece_end_ns",
+    )
+    return (
+        sums.join(busy, on=["seg", "device"], how="left")
+        .with_columns(pl.col("busy_ns").fill_null(0).alias("gpu_busy_ns"))
+        .drop("busy_ns")
+    )
+
+
+def window_metrics(
+    range_segs: pl.DataFrame, seg_dev: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Metrics per (range, device) and per range, summing the segments inside each range."""
+    summed = [pl.col(m).sum() for m in (*METRICS, "gpu_busy_ns")]
+    per_device = (
+        range_segs.join(seg_dev, on="seg", how="inner")
+        .group_by("rid", "device")
+        .agg(*summed, pl.col("gpu_start_ns").min(), pl.col("gpu_end_ns").max())
+    )
+    per_range = per_device.group_by("rid").agg(
+        *summed, pl.col("gpu_start_ns").min(), pl.col("gpu_end_ns").max()
+    )
+    return per_device, per_range
+
+
+def phase_table(phases: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
+    """One row per (trace, pid, step, path, phase, attribution), instances of a path summed."""
+    rows = (
+        phases.join(metrics, on="rid", how="left")
+        .with_columns([pl.col(m).fill_null(0) for m in (*METRICS, "gpu_busy_ns", "n_devices")])
+        .with_columns(
+            (pl.col("end_ns") - pl.col("start_ns")).alias("wall_ns"),
+            pl.col("name").alias("phase"),
+        )
+        .with_columns(
+            (pl.col("wall_ns") * pl.col("n_devices") - pl.col("gpu_busy_ns")).alias("idle_ns")
+        )
+    )
+    table = (
+        rows.group_by(GROUP_KEYS)
+        .agg(
+            pl.col("canonical").first(),
+            pl.col("domain").first(),
+            pl.col("level").min(),
+            pl.len().cast(pl.Int64).alias("n_ranges"),
+            pl.col("start_ns").min(),
+            pl.col("end_ns").max(),
+            pl.col("wall_ns").sum(),
+            pl.col("gpu_busy_ns").sum(),
+            pl.col("idle_ns").sum(),
+            *(pl.col(m).sum() for m in METRICS),
+            pl.col("n_devices").max(),
+            pl.col("gpu_start_ns").min(),
+            pl.col("gpu_end_ns").max(),
+        )
+        .sort(["step", "start_ns", "level", "trace", "pid"], nulls_last=True)
+    )
+    return table.select(
+        "trace",
+        "pid",
+        "step",
+        "phase",
+        "path",
+        "canonical",
+        "domain",
+        "level",
+        "attribution",
+        "n_ranges",
+        "start_ns",
+        "end_ns",
+        "wall_ns",
+        "gpu_busy_ns",
+        "idle_ns",
+        "kernel_ns",
+        "nccl_ns",
+        "memcpy_ns",
+        "memcpy_bytes",
+        "memset_ns",
+        "n_kernels",
+        "n_devices",
+        "gpu_start_ns",
+        "gpu_end_ns",
+    )
+
+
+def kernel_table(ops: pl.DataFrame) -> pl.DataFrame:
+    """Per kernel name: count and time (comparable with ``nsys stats -r gpukernsum``)."""
+    dur = pl.col("end_ns") - pl.col("start_ns")
+    return (
+        ops.filter(pl.col("kind") == "kernel")
+        .group_by("name", "op_class")
+        .agg(
+            pl.len().cast(pl.Int64).alias("count"),
+            dur.sum().alias("total_ns"),
+            dur.mean().alias("avg_ns"),
+            dur.min().alias("min_ns"),
+            dur.max().alias("max_ns"),
+        )
+        .sort(["total_ns", "name"], descending=[True, False])
+    )

@@ -1,0 +1,230 @@
+"""Raw export tables → tidy frames with decoded ids, resolved names and classified GPU operations.
+
+Every timestamp leaving this module is on the run's common clock: the file's own session clock
+plus ``offset_ns`` (see :mod:`analysis.align`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from analysis import tables as T
+from analysis.classes import OP_CLASS_DTYPE, OpClass, kernel_class_expr, memcpy_class_expr
+from analysis.reader import RawTrace
+
+#: ENUM_NSYS_EVENT_TYPE ids (stable from 2022.4 to 2026.2).
+NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND = 59, 60, 70, 71
+NVTX_DOMAIN_CREATE = 75
+RANGE_EVENT_TYPES = (NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND)
+
+
+def pid_of(global_id: pl.Expr) -> pl.Expr:
+    """Process id from a serialized globalTid/globalPid: bits 24..47."""
+    return (global_id // (1 << 24)) % (1 << 24)
+
+
+def tid_of(global_tid: pl.Expr) -> pl.Expr:
+    """Thread id from a serialized globalTid: the low 24 bits."""
+    return global_tid % (1 << 24)
+
+
+RANGES_SCHEMA = {
+    "trace": pl.String,
+    "gtid": pl.Int64,
+    "pid": pl.Int64,
+    "tid": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "name": pl.String,
+    "domain": pl.String,
+    "pushpop": pl.Boolean,
+    "payload": pl.Int64,
+}
+
+OPS_SCHEMA = {
+    "trace": pl.String,
+    "gpid": pl.Int64,
+    "pid": pl.Int64,
+    "device": pl.String,
+    "stream": pl.Int64,
+    "kind": pl.String,
+    "op_class": OP_CLASS_DTYPE,
+    "name": pl.String,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "bytes": pl.Int64,
+    "correlation_id": pl.Int64,
+}
+
+RUNTIME_SCHEMA = {
+    "trace": pl.String,
+    "gtid": pl.Int64,
+    "pid": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "correlation_id": pl.Int64,
+}
+
+
+@dataclass
+class Normalized:
+    """One export's tidy frames."""
+
+    ranges: pl.DataFrame
+    ops: pl.DataFrame
+    runtime: pl.DataFrame
+    warnings: list[str]
+
+
+def _strings(raw: RawTrace) -> pl.DataFrame:
+    frame = raw.frame(T.STRING_IDS)
+    if frame is None:
+        return pl.DataFrame(schema={"id": pl.Int64, "value": pl.String})
+    return frame.select(pl.col("id").cast(pl.Int64), pl.col("value").cast(pl.String))
+
+
+def _with_string(frame: pl.DataFrame, strings: pl.DataFrame, id_col: str, out: str) -> pl.DataFrame:
+    lookup = strings.rename({"id": id_col, "value": out})
+    return frame.join(lookup, on=id_col, how="left")
+
+
+def nvtx_ranges(raw: RawTrace, *, offset_ns: int = 0) -> tuple[pl.DataFrame, list[str]]:
+    """NVTX push/pop and start/end ranges with message text, domain name and integer payload.
+
+    Ranges left open at the end of the capture are closed at the last timestamp of the file,
+    as NVIDIA's reports do, and counted in a warning; ranges that end before they start are
+    dropped with a warning.
+    """
+    events = raw.frame(T.NVTX_EVENTS)
+    warnings: list[str] = []
+    if events is None or events.is_empty():
+        return pl.DataFrame(schema=RANGES_SCHEMA), warnings
+    strings = _strings(raw)
+    events = _with_string(events, strings, "textId", "registered_text")
+    events = events.with_columns(
+        pl.coalesce(pl.col("text").cast(pl.String), pl.col("registered_text")).alias("message"),
+        pid_of(pl.col("globalTid")).alias("pid"),
+        pl.col("domainId").fill_null(0).alias("domainId"),
+    )
+    domains = (
+        events.filter(pl.col("eventType") == NVTX_DOMAIN_CREATE)
+        .group_by("pid", "domainId")
+        .agg(pl.col("message").sort_by("start").first().alias("domain"))
+    )
+    ranges = events.filter(pl.col("eventType").is_in(RANGE_EVENT_TYPES))
+    last_ts = events.select(pl.max_horizontal(pl.col("start").max(), pl.col("end").max())).item()
+    n_open = ranges["end"].null_count()
+    if n_open:
+        warnings.append(
+            f"{raw.label}: {n_open} NVTX range(s) never closed (push without pop or start "
+            "without end); closed at the last timestamp of the capture"
+        )
+    ranges = ranges.with_columns(pl.col("end").fill_null(last_ts))
+    n_backwards = ranges.filter(pl.col("end") < pl.col("start")).height
+    if n_backwards:
+        warnings.append(f"{raw.label}: {n_backwards} NVTX range(s) end before they start; dropped")
+        ranges = ranges.filter(pl.col("end") >= pl.col("start"))
+    ranges = ranges.join(domains, on=["pid", "domainId"], how="left")
+    frame = ranges.select(
+        pl.lit(raw.label).alias("trace"),
+        pl.col("globalTid").alias("gtid"),
+        pl.col("pid"),
+        tid_of(pl.col("globalTid")).alias("tid"),
+        (pl.col("start") + offset_ns).alias("start_ns"),
+        (pl.col("end") + offset_ns).alias("end_ns"),
+        pl.col("message").fill_null("").alias("name"),
+        pl.col("domain").fill_null("").alias("domain"),
+        pl.col("eventType").is_in([NVTX_PUSHPOP, NVTXT_PUSHPOP]).alias("pushpop"),
+        pl.coalesce("int64Value", "uint64Value", "int32Value", "uint32Value")
+        .cast(pl.Int64)
+        .alias("payload"),
+    )
+    return frame.cast(RANGES_SCHEMA), warnings  # type: ignore[arg-type]
+
+
+def gpu_ops(raw: RawTrace, *, offset_ns: int = 0) -> pl.DataFrame:
+    """Kernels, memcpys and memsets in one frame, each with its class and display name."""
+    strings = _strings(raw)
+    device_prefix = f"{raw.host}:" if raw.host else ""
+    parts: list[pl.DataFrame] = []
+
+    kernels = raw.frame(T.KERNELS)
+    if kernels is not None and not kernels.is_empty():
+        kernels = _with_string(kernels, strings, "demangledName", "name")
+        kernels = _with_string(kernels, strings, "shortName", "short")
+        parts.append(
+            kernels.with_columns(
+                pl.lit("kernel").alias("kind"),
+                kernel_class_expr(pl.coalesce("short", "name").fill_null("")).alias("op_class"),
+                pl.lit(0, dtype=pl.Int64).alias("bytes"),
+            )
+        )
+    memcpy = raw.frame(T.MEMCPY)
+    if memcpy is not None and not memcpy.is_empty():
+        parts.append(
+            memcpy.with_columns(
+                pl.lit("memcpy").alias("kind"),
+                memcpy_class_expr(pl.col("copyKind")).alias("op_class"),
+            ).with_columns(pl.format("[CUDA memcpy {}]", pl.col("op_class")).alias("name"))
+        )
+    memset = raw.frame(T.MEMSET)
+    if memset is not None and not memset.is_empty():
+        parts.append(
+            memset.with_columns(
+                pl.lit("memset").alias("kind"),
+                pl.lit(OpClass.MEMSET.value).alias("op_class"),
+                pl.lit("[CUDA memset]").alias("name"),
+            )
+        )
+    if not parts:
+        return pl.DataFrame(schema=OPS_SCHEMA)
+    columns = [
+        pl.lit(raw.label).alias("trace"),
+        pl.col("globalPid").alias("gpid"),
+        pid_of(pl.col("globalPid")).alias("pid"),
+        (pl.lit(device_prefix) + pl.col("deviceId").cast(pl.String)).alias("device"),
+        pl.col("streamId").alias("stream"),
+        pl.col("kind"),
+        pl.col("op_class"),
+        pl.col("name"),
+        (pl.col("start") + offset_ns).alias("start_ns"),
+        (pl.col("end") + offset_ns).alias("end_ns"),
+        pl.col("bytes"),
+        pl.col("correlationId").alias("correlation_id"),
+    ]
+    return pl.concat(
+        [p.select(columns).cast(OPS_SCHEMA) for p in parts],  # type: ignore[arg-type]
+        how="vertical",
+    )
+
+
+def runtime_calls(raw: RawTrace, *, offset_ns: int = 0) -> pl.DataFrame:
+    """CUDA runtime/driver API calls that carry a correlation id (the launches)."""
+    runtime = raw.frame(T.RUNTIME)
+    if runtime is None or runtime.is_empty():
+        return pl.DataFrame(schema=RUNTIME_SCHEMA)
+    return (
+        runtime.filter(pl.col("correlationId").is_not_null() & (pl.col("correlationId") != 0))
+        .select(
+            pl.lit(raw.label).alias("trace"),
+            pl.col("globalTid").alias("gtid"),
+            pid_of(pl.col("globalTid")).alias("pid"),
+            (pl.col("start") + offset_ns).alias("start_ns"),
+            (pl.col("end") + offset_ns).alias("end_ns"),
+            pl.col("correlationId").alias("correlation_id"),
+        )
+        .cast(RUNTIME_SCHEMA)  # type: ignore[arg-type]
+    )
+
+
+def normalize(raw: RawTrace, *, offset_ns: int = 0) -> Normalized:
+    """All tidy frames of one export on the common clock."""
+    ranges, warnings = nvtx_ranges(raw, offset_ns=offset_ns)
+    return Normalized(
+        ranges=ranges,
+        ops=gpu_ops(raw, offset_ns=offset_ns),
+        runtime=runtime_calls(raw, offset_ns=offset_ns),
+        warnings=warnings,
+    )

@@ -1,0 +1,205 @@
+"""Read an Nsight Systems SQLite export into Polars frames through Arrow (ADBC's SQLite driver).
+
+Files come from other people's machines: they are opened read-only (SQLite URI ``mode=ro``), and
+the only SQL run is built here from the declared table specs in :mod:`analysis.tables`, with
+identifiers quoted; nothing read from the file is ever executed.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import adbc_driver_sqlite.dbapi as adbc_sqlite
+import polars as pl
+
+from analysis import tables as T
+from analysis.errors import MissingColumns, NotAnNsysExport, TraceReadError
+from analysis.tables import TableSpec
+
+
+@dataclass
+class RawTrace:
+    """The tables of one export that analysis needs, as read, plus what was missing."""
+
+    path: Path
+    label: str
+    frames: dict[str, pl.DataFrame]
+    missing_tables: list[str]
+    meta: dict[str, str]
+    session_start_utc_ns: int | None
+    duration_ns: int | None
+    host: str
+    warnings: list[str] = field(default_factory=list)
+
+    def frame(self, spec: TableSpec) -> pl.DataFrame | None:
+        """The frame read for ``spec``, or None when the export lacks that table."""
+        return self.frames.get(spec.name)
+
+    @property
+    def nsys_version(self) -> str:
+        """The exporting nsys version as the export states it, or ``"unknown"``."""
+        return self.meta.get("EXPORT_PRODUCT_VERSION", "unknown")
+
+
+def _quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def sqlite_readonly_uri(path: Path) -> str:
+    """An SQLite URI that opens ``path`` read-only (percent-escaped, so any file name works)."""
+    return "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+
+
+class _Export:
+    """One open, read-only export; reads whole declared columns as Arrow tables."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        if not path.exists():
+            raise TraceReadError(str(path), "no such file")
+        if path.is_dir():
+            raise TraceReadError(str(path), "is a directory")
+        try:
+            self.conn = adbc_sqlite.connect(sqlite_readonly_uri(path))
+            self.table_names = set(
+                self._query("SELECT name FROM sqlite_master WHERE type = 'table'")["name"]
+            )
+        except TraceReadError:
+            raise
+        except Exception as exc:  # the driver raises several DB-API classes; all mean "unreadable"
+            raise TraceReadError(str(path), _short(exc)) from exc
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def _query(self, sql: str) -> pl.DataFrame:
+        try:
+            cur = self.conn.cursor()
+            try:
+                cur.execute(sql)
+                arrow = cur.fetch_arrow_table()
+            finally:
+                cur.close()
+        except Exception as exc:
+            raise TraceReadError(str(self.path), _short(exc)) from exc
+        return pl.from_arrow(arrow)  # type: ignore[return-value]
+
+    def columns(self, table: str) -> list[str]:
+        return list(self._query(f"SELECT name FROM pragma_table_info('{table}')")["name"])
+
+    def resolve_table(self, spec: TableSpec) -> str | None:
+        for candidate in (spec.name, *spec.alt_names):
+            if candidate in self.table_names:
+                return candidate
+        return None
+
+    def read(self, spec: TableSpec) -> pl.DataFrame | None:
+        """Read the declared columns of ``spec``; None when the table is absent."""
+        table = self.resolve_table(spec)
+        if table is None:
+            return None
+        present = set(self.columns(table))
+        select: list[str] = []
+        missing_required: list[str] = []
+        absent_optional: list[str] = []
+        for col in (*spec.required, *spec.optional):
+            source = next(
+                (c for c in (col, *spec.aliases.get(col, ())) if c in present),
+                None,
+            )
+            if source is None:
+                (missing_required if col in spec.required else absent_optional).append(col)
+                continue
+            select.append(f"{_quote_ident(source)} AS {_quote_ident(col)}")
+        if missing_required:
+            raise MissingColumns(str(self.path), table, missing_required)
+        frame = self._query(f"SELECT {', '.join(select)} FROM {_quote_ident(table)}")
+        # Optional columns an older/newer schema lacks become typed nulls, so later stages see
+        # one layout; the frames that matter record which were absent in RawTrace.warnings.
+        if absent_optional:
+            frame = frame.with_columns(
+                pl.lit(None, dtype=pl.Int64).alias(c) for c in absent_optional
+            )
+        return frame
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    for prefix in ("INVALID_ARGUMENT: ", "IO: ", "[SQLite] "):
+        text = text.replace(prefix, "")
+    return text
+
+
+_ALWAYS_READ = (
+    T.STRING_IDS,
+    T.SESSION_START,
+    T.ANALYSIS_DETAILS,
+    T.PROCESSES,
+    T.THREAD_NAMES,
+    T.EXPORT_META,
+    T.SYSTEM_ENV,
+    T.TARGET_GPU,
+    T.GPU_METRICS,
+    T.GPU_METRICS_INFO,
+)
+
+
+def read_export(path: str | Path, *, label: str | None = None) -> RawTrace:
+    """Read one ``nsys export --type sqlite`` file.
+
+    Tables the capture did not collect (lazy exports omit them) are listed in
+    ``missing_tables``; a file that is not an nsys export raises :class:`NotAnNsysExport`.
+    """
+    path = Path(path)
+    export = _Export(path)
+    try:
+        is_nsys = "StringIds" in export.table_names and (
+            export.resolve_table(T.EXPORT_META) is not None
+            or "TARGET_INFO_SESSION_START_TIME" in export.table_names
+        )
+        if not is_nsys:
+            raise NotAnNsysExport(str(path))
+        frames: dict[str, pl.DataFrame] = {}
+        missing: list[str] = []
+        for spec in (*T.DATA_TABLES, *_ALWAYS_READ):
+            frame = export.read(spec)
+            if frame is None:
+                if spec in T.DATA_TABLES:
+                    missing.append(spec.name)
+                continue
+            frames[spec.name] = frame
+    finally:
+        export.close()
+
+    meta = _pairs(frames.get(T.EXPORT_META.name))
+    env = _pairs(frames.get(T.SYSTEM_ENV.name))
+    start = frames.get(T.SESSION_START.name)
+    details = frames.get(T.ANALYSIS_DETAILS.name)
+    warnings = []
+    session_start = None
+    if start is not None and start.height:
+        session_start = int(start["utcEpochNs"][0])
+    else:
+        warnings.append(
+            f"{path.name}: no TARGET_INFO_SESSION_START_TIME; cannot align its clock with other files"
+        )
+    return RawTrace(
+        path=path,
+        label=label or path.stem,
+        frames=frames,
+        missing_tables=missing,
+        meta=meta,
+        session_start_utc_ns=session_start,
+        duration_ns=int(details["duration"][0]) if details is not None and details.height else None,
+        host=env.get("Hostname", meta.get("EXPORT_HOST", "")),
+        warnings=warnings,
+    )
+
+
+def _pairs(frame: pl.DataFrame | None) -> dict[str, str]:
+    if frame is None or frame.is_empty():
+        return {}
+    frame = frame.unique(subset="name", keep="first", maintain_order=True)
+    return dict(zip(frame["name"].cast(pl.String), frame["value"].cast(pl.String), strict=True))

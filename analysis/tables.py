@@ -1,0 +1,79 @@
+"""Which columns are read from which export table, and how nsys versions name them.
+
+Declaring columns per table (as NVIDIA's recipe data service does) keeps reads narrow and makes
+a schema variant fail with the table and column named, never with a wrong number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """Columns to read from one export table.
+
+    ``required`` columns must exist; ``optional`` ones are read when present and null-filled
+    otherwise. ``aliases`` maps our column name to names other nsys versions use for it.
+    """
+
+    name: str
+    required: tuple[str, ...]
+    optional: tuple[str, ...] = ()
+    aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Alternative table names in other nsys versions, tried in order after ``name``.
+    alt_names: tuple[str, ...] = ()
+
+
+NVTX_EVENTS = TableSpec(
+    "NVTX_EVENTS",
+    required=("start", "end", "eventType", "globalTid"),
+    optional=(
+        "text",
+        "textId",
+        "domainId",
+        "rangeId",
+        "endGlobalTid",
+        "int64Value",
+        "uint64Value",
+        "int32Value",
+        "uint32Value",
+    ),
+)
+_GPU_OP_COMMON = ("start", "end", "deviceId", "streamId", "correlationId", "globalPid")
+KERNELS = TableSpec(
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    required=(*_GPU_OP_COMMON, "demangledName"),
+    optional=("shortName",),
+)
+RUNTIME = TableSpec(
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    required=("start", "end", "globalTid", "correlationId"),
+    optional=("nameId",),
+)
+MEMCPY = TableSpec(
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    required=(*_GPU_OP_COMMON, "bytes", "copyKind"),
+    optional=("srcDeviceId", "dstDeviceId"),
+)
+MEMSET = TableSpec("CUPTI_ACTIVITY_KIND_MEMSET", required=(*_GPU_OP_COMMON, "bytes"))
+STRING_IDS = TableSpec("StringIds", required=("id", "value"))
+SESSION_START = TableSpec("TARGET_INFO_SESSION_START_TIME", required=("utcEpochNs",))
+ANALYSIS_DETAILS = TableSpec("ANALYSIS_DETAILS", required=("duration",), optional=("startTime",))
+PROCESSES = TableSpec("PROCESSES", required=("globalPid", "pid"), optional=("name",))
+THREAD_NAMES = TableSpec("ThreadNames", required=("nameId", "globalTid"))
+EXPORT_META = TableSpec(
+    "META_DATA_EXPORT", required=("name", "value"), alt_names=("EXPORT_META_DATA",)
+)
+SYSTEM_ENV = TableSpec("TARGET_INFO_SYSTEM_ENV", required=("name", "value"))
+TARGET_GPU = TableSpec(
+    "TARGET_INFO_GPU", required=("id",), optional=("name", "uuid", "busLocation")
+)
+GPU_METRICS = TableSpec("GPU_METRICS", required=("timestamp", "typeId", "metricId", "value"))
+GPU_METRICS_INFO = TableSpec(
+    "TARGET_INFO_GPU_METRICS", required=("typeId", "metricId", "metricName"), optional=("typeName",)
+)
+
+#: Tables an export lacks when the capture did not collect that kind of data; their absence is
+#: reported in ``summary.json`` and as a warning, and analysis goes on without them.
+DATA_TABLES: tuple[TableSpec, ...] = (NVTX_EVENTS, KERNELS, RUNTIME, MEMCPY, MEMSET)

@@ -1,0 +1,135 @@
+"""``nvtx-phases``: one typer CLI; each command calls one library function.
+
+Library errors (:class:`analysis.errors.AnalysisError` and friends) become a one-line message and
+exit status 2 here, and only here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(
+    name="nvtx-phases",
+    help="Where the time, data movement and energy of an RL training step go, phase by phase.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+# Piped or captured output (CI logs, `make demo | tee`) has no terminal width; 80 columns would
+# squeeze the phase table unreadably, so default to a wide console there (COLUMNS still wins).
+console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 150)
+err_console = Console(stderr=True)
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    err_console.print(
+        f"[bold red]error:[/] {message}", markup=True, highlight=False, soft_wrap=True
+    )
+    return typer.Exit(code)
+
+
+def expand_trace_paths(paths: list[Path]) -> list[Path]:
+    """Files as given; a folder stands for the ``*.sqlite`` files directly inside it."""
+    expanded: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(path.glob("*.sqlite"))
+            if not found:
+                raise _fail(f"{path}: folder holds no *.sqlite export")
+            expanded.extend(found)
+        else:
+            expanded.append(path)
+    return expanded
+
+
+@app.command()
+def analyze(
+    traces: Annotated[
+        list[Path],
+        typer.Argument(help="nsys SQLite exports of one run (files, or folders of *.sqlite)."),
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for tables and figures.")] = Path(
+        "out"
+    ),
+    phase_map: Annotated[
+        Path | None,
+        typer.Option("--phase-map", help="TOML file that extends or renames the phase names."),
+    ] = None,
+    all_ranges: Annotated[
+        bool, typer.Option("--all-ranges", help="Treat every NVTX range as a phase.")
+    ] = False,
+    figures: Annotated[bool, typer.Option(help="Write figures under OUT/figures.")] = True,
+    max_rows: Annotated[
+        int, typer.Option(help="Rows of the printed table (all go to files).")
+    ] = 60,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print no table.")] = False,
+) -> None:
+    """Attribute GPU kernels, NCCL, memcpy and memset to NVTX phases, per step and per rank.
+
+    Writes OUT/phases.parquet|csv, phase_devices.parquet, gpu_activity.parquet, kernels.csv,
+    steps.csv and summary.json, then prints the per-step phase table.
+    """
+    from analysis.errors import AnalysisError
+    from analysis.figures import write_figures
+    from analysis.output import write_outputs
+    from analysis.phase_map import default_phase_map, load_phase_map
+    from analysis.pipeline import analyze as run_analysis
+    from analysis.render import print_report
+
+    try:
+        pmap = load_phase_map(phase_map) if phase_map else default_phase_map()
+        if all_ranges:
+            pmap = pmap.with_all_ranges()
+        files = expand_trace_paths(traces)
+        with console.status("analyzing…") as status:
+            result = run_analysis(files, phase_map=pmap, progress=status.update)
+            status.update("writing outputs…")
+            written = write_outputs(result, out)
+            if figures:
+                written += write_figures(result.phases, out / "figures")
+    except AnalysisError as exc:
+        raise _fail(str(exc)) from None
+    if not quiet:
+        print_report(result, console, max_rows=max_rows)
+    console.print(f"wrote {len(written)} files to {out}/")
+
+
+@app.command()
+def synth(
+    out: Annotated[Path, typer.Argument(help="Output .sqlite file (or folder with --split).")],
+    steps: Annotated[int, typer.Option(min=1, help="Training steps.")] = 3,
+    ranks: Annotated[int, typer.Option(min=1, help="Worker ranks (one GPU each).")] = 2,
+    kernels: Annotated[int, typer.Option(min=2, help="Compute kernels per worker phase.")] = 40,
+    seed: Annotated[int, typer.Option(help="Random seed (the run is deterministic).")] = 7,
+    split: Annotated[
+        bool, typer.Option(help="One export per process, with staggered session starts.")
+    ] = False,
+    truth: Annotated[bool, typer.Option(help="Also write the ground-truth JSON.")] = True,
+) -> None:
+    """Write a synthetic VeRL-like GRPO run as nsys 2022.4 SQLite export(s)."""
+    from analysis.synth import SynthConfig, generate
+
+    cfg = SynthConfig(
+        steps=steps, ranks=ranks, kernels_per_phase=kernels, seed=seed, split_files=split
+    )
+    for path in generate(out, cfg, with_truth=truth):
+        console.print(f"wrote {path}")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""Mark steps, phases and subphases as NVTX ranges: ``with phase("gen"):`` or ``@phase("gen")``.
+
+Ranges go to the NVTX domain :data:`~nvtx_phases.naming.DOMAIN` with one color per phase, and
+carry the step index as their int64 payload, so the analysis needs no name parsing. A phase
+opened inside ``with step(s):`` inherits ``s``. Without a profiler attached, NVTX calls are
+no-ops, so marking costs next to nothing.
+
+Older ``nvtx`` releases (< 0.2.9, the ones that record ranges under nsys 2022.4) cannot send a
+payload; ranges are then sent without one and the analysis takes the step from the enclosing
+``step`` range instead (see :data:`PAYLOAD_SUPPORTED`).
+
+The same ranges can be written to a JSON-lines file with monotonic and wall-clock stamps
+(:func:`record_to`, or the ``NVTX_PHASES_JSONL`` environment variable in every process), for
+cheap timing without a profiler and as a cross-check of the nsys data.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import nvtx
+
+from nvtx_phases.naming import DOMAIN, PATH_SEP, STEP, phase_color
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Whether the installed ``nvtx`` can attach a payload (the step index) to a range.
+PAYLOAD_SUPPORTED = "payload" in inspect.signature(nvtx.push_range).parameters
+#: Environment variable naming a JSON-lines file every process appends its ranges to.
+JSONL_ENV = "NVTX_PHASES_JSONL"
+
+_local = threading.local()
+
+
+class JsonlRecorder:
+    """Appends one JSON object per closed range to a file (thread- and process-safe lines)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        # O_APPEND: each line is one write(), so lines of concurrent processes never interleave
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append one record as a line."""
+        line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+        with self._lock:
+            os.write(self._fd, line)
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+
+_recorder: JsonlRecorder | None = None
+_recorder_lock = threading.Lock()
+
+
+def _active_recorder() -> JsonlRecorder | None:
+    global _recorder
+    if _recorder is None and os.environ.get(JSONL_ENV):
+        with _recorder_lock:
+            if _recorder is None:
+                _recorder = JsonlRecorder(os.environ[JSONL_ENV])
+    return _recorder
+
+
+@contextmanager
+def record_to(path: str | Path) -> Iterator[JsonlRecorder]:
+    """Write every range closed inside this block (any thread) to ``path`` as JSON lines."""
+    global _recorder
+    recorder = JsonlRecorder(path)
+    with _recorder_lock:
+        previous, _recorder = _recorder, recorder
+    try:
+        yield recorder
+    finally:
+        with _recorder_lock:
+            _recorder = previous
+        recorder.close()
+
+
+def _stack() -> list[tuple[str, int | None]]:
+    if not hasattr(_local, "stack"):
+        _local.stack = []
+    return _local.stack
+
+
+def current_step() -> int | None:
+    """The step index of the innermost open range on this thread that has one."""
+    for _, step_index in reversed(_stack()):
+        if step_index is not None:
+            return step_index
+    return None
+
+
+class phase:
+    """An NVTX range for one phase (context manager or decorator).
+
+    Args:
+        name: phase name (``gen``, ``update_actor``, a subphase such as ``weight_sync``).
+        step: step index sent as the range's payload; by default the enclosing step's.
+        domain: NVTX domain (default: the nvtx_phases domain).
+
+    """
+
+    def __init__(self, name: str, *, step: int | None = None, domain: str = DOMAIN) -> None:
+        self.name = name
+        self.step = step
+        self.domain = domain
+        self._frames: list[tuple[int, int, str]] = []
+
+    def __enter__(self) -> phase:
+        step_index = self.step if self.step is not None else current_step()
+        stack = _stack()
+        path = PATH_SEP.join([*(n for n, _ in stack), self.name])
+        stack.append((self.name, step_index))
+        kwargs: dict[str, Any] = {"color": phase_color(self.name), "domain": self.domain}
+        if PAYLOAD_SUPPORTED and step_index is not None:
+            kwargs["payload"] = int(step_index)
+        nvtx.push_range(self.name, **kwargs)
+        self._frames.append((time.monotonic_ns(), time.time_ns(), path))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        end_mono = time.monotonic_ns()
+        nvtx.pop_range(domain=self.domain)
+        start_mono, start_wall, path = self._frames.pop()
+        _, step_index = _stack().pop()
+        recorder = _active_recorder()
+        if recorder is not None:
+            recorder.write(
+                {
+                    "name": self.name,
+                    "path": path,
+                    "step": step_index,
+                    "domain": self.domain,
+                    "pid": os.getpid(),
+                    "tid": threading.get_native_id(),
+                    "start_mono_ns": start_mono,
+                    "end_mono_ns": end_mono,
+                    "start_wall_ns": start_wall,
+                    "dur_ns": end_mono - start_mono,
+                }
+            )
+
+    def __call__(self, func: F) -> F:
+        """Use as a decorator: every call of ``func`` runs inside the range."""
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with phase(self.name, step=self.step, domain=self.domain):
+                return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+
+def step(index: int, *, domain: str = DOMAIN) -> phase:
+    """The range of training step ``index``; phases opened inside inherit the index."""
+    return phase(STEP, step=index, domain=domain)

@@ -1,0 +1,82 @@
+"""The phase naming convention, shared by the capture side and the analysis side.
+
+A training step is one NVTX range named ``step``; phases nest inside it and subphases inside
+phases (``step > phase > subphase``), so a range's *path* reads ``step/gen/weight_sync``. Ranges
+emitted by :mod:`nvtx_phases` live in the NVTX domain :data:`DOMAIN` and carry the step index as
+their int64 payload, so the analysis needs no name parsing. VeRL's own range names (trainer and
+worker side) are known phases too.
+"""
+
+from __future__ import annotations
+
+#: NVTX domain of every range this package emits.
+DOMAIN = "nvtx_phases"
+#: Name of the range that spans one training step.
+STEP = "step"
+#: Separator of a range path (``step/gen/weight_sync``).
+PATH_SEP = "/"
+
+#: Phases VeRL's trainer marks in its driver process (``marked_timer`` names, VeRL 0.9.1).
+VERL_TRAINER_PHASES: tuple[str, ...] = (
+    "step",
+    "gen",
+    "gen_max",
+    "reward",
+    "old_log_prob",
+    "ref",
+    "values",
+    "adv",
+    "update_critic",
+    "update_actor",
+    "update_weights",
+    "testing",
+    "save_checkpoint",
+)
+#: Methods VeRL's workers run under ``DistProfiler.annotate`` (names as they appear in NVTX).
+VERL_WORKER_PHASES: tuple[str, ...] = (
+    "generate_sequences",
+    "compute_log_prob",
+    "compute_ref_log_prob",
+    "compute_values",
+    "compute_rm_score",
+    "update_actor",
+    "update_critic",
+)
+#: Subphases the nvtx_phases VeRL hooks emit inside worker phases.
+SUBPHASES: tuple[str, ...] = (
+    "weight_sync",
+    "kv_cache_wake",
+    "kv_cache_sleep",
+    "generation",
+    "forward",
+    "backward",
+    "optimizer_step",
+    "micro_batch",
+    "rm_forward",
+    "reward_fn",
+)
+
+#: Colors (ARGB) per phase, so the same phase looks the same in every Nsight timeline.
+PHASE_COLORS: dict[str, int] = {
+    "step": 0xFF4C72B0,
+    "gen": 0xFF55A868,
+    "generate_sequences": 0xFF55A868,
+    "reward": 0xFFC44E52,
+    "compute_rm_score": 0xFFC44E52,
+    "old_log_prob": 0xFF8172B2,
+    "compute_log_prob": 0xFF8172B2,
+    "ref": 0xFFCCB974,
+    "compute_ref_log_prob": 0xFFCCB974,
+    "values": 0xFF64B5CD,
+    "compute_values": 0xFF64B5CD,
+    "adv": 0xFF8C8C8C,
+    "update_actor": 0xFFDD8452,
+    "update_critic": 0xFFDA8BC3,
+    "update_weights": 0xFF937860,
+}
+DEFAULT_COLOR = 0xFF999999
+
+
+def phase_color(name: str) -> int:
+    """ARGB color of a phase (a fixed grey for names without one)."""
+    return PHASE_COLORS.get(name, DEFAULT_COLOR)

@@ -1,0 +1,124 @@
+import json
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from nvtx_phases.cli import app
+from tests.conftest import SAMPLES
+
+runner = CliRunner()
+
+PHASE_COLUMNS = [
+    "trace",
+    "pid",
+    "step",
+    "phase",
+    "path",
+    "attribution",
+    "start_ns",
+    "end_ns",
+    "wall_ns",
+    "gpu_busy_ns",
+    "idle_ns",
+    "kernel_ns",
+    "nccl_ns",
+    "memcpy_ns",
+    "memcpy_bytes",
+    "memset_ns",
+    "n_kernels",
+]
+
+
+def test_analyze_writes_every_output(tmp_path):
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app, ["analyze", str(SAMPLES / "grpo_synthetic.sqlite"), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "Phases per step (3 steps, 2 GPU(s))" in result.output
+    phases = pl.read_parquet(out / "phases.parquet")
+    assert set(PHASE_COLUMNS) <= set(phases.columns)
+    assert pl.read_csv(out / "phases.csv").height == phases.height == 54
+    activity = pl.read_parquet(out / "gpu_activity.parquet")
+    assert {
+        "device",
+        "stream",
+        "op_class",
+        "name",
+        "start_ns",
+        "end_ns",
+        "bytes",
+        "projection_path",
+        "projection_step",
+        "window_path",
+        "window_step",
+    } <= set(activity.columns)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["total_gpu_ns"] == 257_892_636
+    assert summary["attributed_gpu_ns"] + summary["unattributed_gpu_ns"] == summary["total_gpu_ns"]
+    assert {"n_ranges", "n_gpu_ops", "n_steps", "missing_tables"} <= set(summary)
+    kernels = pl.read_csv(out / "kernels.csv")
+    assert kernels["count"].sum() == summary["n_kernels"]
+    assert (out / "figures" / "phase_time_per_step.png").stat().st_size > 10_000
+    # re-running into the same folder replaces the outputs whole
+    again = runner.invoke(
+        app, ["analyze", str(SAMPLES / "grpo_synthetic.sqlite"), "--out", str(out), "-q"]
+    )
+    assert again.exit_code == 0
+    assert pl.read_parquet(out / "phases.parquet").equals(phases)
+    assert not list(out.glob(".*.tmp"))
+
+
+def test_analyze_a_folder_of_per_process_exports(tmp_path):
+    result = runner.invoke(
+        app,
+        [
+            "analyze",
+            str(SAMPLES / "grpo_synthetic_split"),
+            "--out",
+            str(tmp_path),
+            "-q",
+            "--no-figures",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [t["label"] for t in summary["traces"]] == ["driver", "worker_rank0", "worker_rank1"]
+    assert summary["total_gpu_ns"] == 257_892_636
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "not an Nsight Systems export"),
+        (b'{"traceEvents": []}', "file is not a database"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, content, message):
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(content)
+    result = runner.invoke(app, ["analyze", str(bad), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_missing_file_and_bad_phase_map(tmp_path):
+    result = runner.invoke(app, ["analyze", str(tmp_path / "none.sqlite")])
+    assert result.exit_code == 2 and "no such file" in result.output
+    bad_map = tmp_path / "map.toml"
+    bad_map.write_text("phases = 3\n")
+    result = runner.invoke(
+        app, ["analyze", str(SAMPLES / "grpo_synthetic.sqlite"), "--phase-map", str(bad_map)]
+    )
+    assert result.exit_code == 2 and "'phases' must be a list of strings" in result.output
+
+
+def test_every_command_has_help():
+    for command in app.registered_commands:
+        name = command.name or command.callback.__name__
+        result = runner.invoke(app, [name, "--help"])
+        assert result.exit_code == 0, name
+        assert "Usage" in result.output

@@ -1,0 +1,110 @@
+"""Real exports from nsys 2022.4 to 2026.2: structure, versions, conservation to the ns.
+
+Expected totals were computed with plain SQL over the same files (sqlite3 CLI), not with this code.
+"""
+
+import polars as pl
+import pytest
+
+from analysis.phase_map import default_phase_map
+from analysis.pipeline import analyze
+from analysis.reader import read_export
+from nvtx_phases.workload import expected_paths
+from tests.conftest import SAMPLES, shared_trace
+
+NO_GPU_TABLES = [
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "version"),
+    [
+        ("local_cpu_nvtx_nsys2022.4.sqlite", "2022.4.2.1"),
+        ("local_cpu_nvtx_nsys2023.4.sqlite", "2023.4.4.54"),
+    ],
+)
+def test_cpu_exports_steps_nesting_and_missing_tables(name, version):
+    path = shared_trace(name)
+    raw = read_export(path)
+    assert raw.nsys_version == version
+    assert raw.missing_tables == NO_GPU_TABLES
+    result = analyze([path])
+    phases = result.phases
+    assert result.summary["n_steps"] == 3
+    assert phases.select("step", "path", "level", "attribution", "domain").rows() == [
+        (step, path, level, "window", "verl")
+        for step in (0, 1, 2)
+        for path, level in (("step", 0), ("step/gen", 1), ("step/update_actor", 1))
+    ]
+    assert result.summary["total_gpu_ns"] == 0
+    assert result.summary["missing_tables"] == sorted(NO_GPU_TABLES)
+    # every NVTX range is read: 3 × (step, gen, update_actor, push/pop, start/end)
+    assert result.summary["n_ranges"] == 15
+    everything = analyze([path], phase_map=default_phase_map().with_all_ranges()).phases
+    counts = everything.group_by("path").agg(pl.col("n_ranges").sum())
+    assert dict(counts.rows()) == {
+        "step": 3,
+        "step/gen": 3,
+        "step/update_actor": 3,
+        "pushpop_default": 3,
+        "startend_range": 3,
+    }
+    # they lie between steps: one row with no step index holds all three
+    assert everything.filter(pl.col("path") == "pushpop_default").select(
+        "step", "n_ranges"
+    ).rows() == [(None, 3)]
+
+
+def test_recorded_sample_has_exactly_the_workload_structure():
+    result = analyze([SAMPLES / "cpu_rl_step_nsys2022.4.sqlite"])
+    counts = result.phases.group_by("path").agg(pl.col("n_ranges").sum())
+    assert dict(counts.rows()) == dict(expected_paths(3))
+    assert sorted(result.phases["step"].unique().to_list()) == [0, 1, 2]
+    assert result.phases["domain"].unique().to_list() == ["nvtx_phases"]
+    levels = dict(result.phases.select("path", "level").unique().rows())
+    assert levels["step/update_actor/micro_batch/backward"] == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "total_ns", "n_kernels", "n_nccl", "memcpy_bytes", "n_devices"),
+    [
+        ("nsysai_h100_2gpu_1s.sqlite", 1_925_700_952, 3442, 0, 110_318_980_178, 2),
+        ("nsysai_mfu_2gpu_before.sqlite", 541_106_145, 4010, 66, 8_046_134_544, 2),
+        ("pipit_cloverleaf_4xA100_nsys2024.5.sqlite", 303_795_463, 1312, 0, None, 1),
+    ],
+)
+def test_gpu_exports_conserve_gpu_time_to_the_ns(
+    name, total_ns, n_kernels, n_nccl, memcpy_bytes, n_devices
+):
+    result = analyze([shared_trace(name)], phase_map=default_phase_map().with_all_ranges())
+    s = result.summary
+    assert s["total_gpu_ns"] == total_ns
+    assert s["attributed_gpu_ns"] + s["unattributed_gpu_ns"] == total_ns
+    assert s["projection_attributed_gpu_ns"] + s["projection_unattributed_gpu_ns"] == total_ns
+    assert s["n_kernels"] == n_kernels
+    assert s["n_devices"] == n_devices
+    assert int((result.gpu_activity["op_class"] == "nccl").sum()) == n_nccl
+    if memcpy_bytes is not None:
+        assert s["memcpy_bytes"] == memcpy_bytes
+    assert result.kernels["count"].sum() == n_kernels
+
+
+def test_export_without_nvtx_puts_everything_in_unattributed():
+    result = analyze([shared_trace("pipit_cloverleaf_4xA100_nsys2024.5.sqlite")])
+    s = result.summary
+    assert s["missing_tables"] == ["CUPTI_ACTIVITY_KIND_MEMSET", "NVTX_EVENTS"]
+    assert s["attributed_gpu_ns"] == 0
+    assert s["unattributed_gpu_ns"] == 303_795_463
+    assert result.phases.height == 0
+    assert result.gpu_activity["window_path"].null_count() == result.gpu_activity.height
+
+
+def test_cut_trace_reports_kernels_without_launch_calls():
+    result = analyze([shared_trace("nsysai_mfu_2gpu_before.sqlite")])
+    assert any(
+        "31 of 5299 GPU operation(s) have no matching CUDA API call" in w for w in result.warnings
+    )
