@@ -1,45 +1,69 @@
 # nvtx-phases: `make demo` analyzes the bundled sample traces, `make test` runs lint and tests.
-# Both create the virtual environment from scratch when it is missing (venv + pip install -e .[dev]).
+# Each creates the virtual environment from scratch when missing (venv + pip install -e .[...]).
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-dev
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 OUT ?= out
+# torch for the VeRL hook tests; 2.13.0 is the CPU build this project's CI machines carry on disk.
+TORCH ?= torch==2.13.0
+WORKLOAD ?= $(BIN)/python -m nvtx_phases.workload --steps 3
 
-.PHONY: venv demo test lint format figures samples clean
+BASE := $(VENV)/.installed-base
+DEV := $(VENV)/.installed-dev
+TEST := $(VENV)/.installed-test
 
-$(STAMP): pyproject.toml
+.PHONY: venv demo test lint format profile samples bench clean
+
+$(BASE): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-	touch $(STAMP)
+	$(PIP) -e .
+	touch $@
 
-venv: $(STAMP)
+$(DEV): $(BASE)
+	$(PIP) -e '.[dev,power]'
+	touch $@
+
+$(TEST): $(DEV)
+	$(PIP) '$(TORCH)'
+	$(PIP) -e '.[dev,verl,power]'
+	touch $@
+
+venv: $(TEST)
 
 ## demo: analyze traces_sample/ (synthetic GRPO run + a real nsys 2022.4 CPU capture), print tables, write figures
-demo: $(STAMP)
+demo: $(BASE)
 	$(BIN)/nvtx-phases analyze traces_sample/grpo_synthetic.sqlite --out $(OUT)/demo --max-rows 40
 	$(BIN)/nvtx-phases analyze traces_sample/grpo_synthetic_split --out $(OUT)/demo_split --quiet
 	$(BIN)/nvtx-phases analyze traces_sample/cpu_rl_step_nsys2022.4.sqlite --out $(OUT)/demo_cpu --max-rows 16
 	@echo "figures: $(OUT)/demo/figures/"
 
-## test: lint, format check and the test suite
-test: $(STAMP)
+## test: lint, format check and the whole test suite (real nsys, real VeRL)
+test: $(TEST)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q
 
-lint: $(STAMP)
+## profile: run WORKLOAD under nsys, export SQLite, print the phase table (needs nsys on PATH)
+profile: $(DEV)
+	$(BIN)/nvtx-phases profile --out $(OUT)/profile -- $(WORKLOAD)
+
+lint: $(DEV)
 	$(BIN)/ruff check .
 
-format: $(STAMP)
+format: $(DEV)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
 ## samples: regenerate the synthetic sample traces (deterministic)
-samples: $(STAMP)
+samples: $(BASE)
 	$(BIN)/nvtx-phases synth traces_sample/grpo_synthetic.sqlite
 	$(BIN)/nvtx-phases synth traces_sample/grpo_synthetic_split --split
 
+## bench: reader comparison (issue: scale benchmarks extend this)
+bench: $(DEV)
+	$(BIN)/python -m bench.readers
+
 clean:
-	rm -rf $(VENV) $(OUT) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(OUT) bench_out .pytest_cache .ruff_cache

@@ -13,6 +13,7 @@ import polars as pl
 from analysis import tables as T
 from analysis.classes import OP_CLASS_DTYPE, OpClass, kernel_class_expr, memcpy_class_expr
 from analysis.reader import RawTrace
+from nvtx_phases.naming import DOMAIN
 
 #: ENUM_NSYS_EVENT_TYPE ids (stable from 2022.4 to 2026.2).
 NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND = 59, 60, 70, 71
@@ -137,7 +138,14 @@ def nvtx_ranges(raw: RawTrace, *, offset_ns: int = 0) -> tuple[pl.DataFrame, lis
         pl.col("message").fill_null("").alias("name"),
         pl.col("domain").fill_null("").alias("domain"),
         pl.col("eventType").is_in([NVTX_PUSHPOP, NVTXT_PUSHPOP]).alias("pushpop"),
-        pl.coalesce("int64Value", "uint64Value", "int32Value", "uint32Value")
+        pl.coalesce(
+            "int64Value",
+            "uint64Value",
+            "int32Value",
+            "uint32Value",
+            # nvtx_phases' own convention where the nvtx package cannot send a payload
+            pl.when((pl.col("domain") == DOMAIN) & (pl.col("category") > 0)).then("category"),
+        )
         .cast(pl.Int64)
         .alias("payload"),
     )

@@ -38,6 +38,7 @@ NVTX_EVENTS = TableSpec(
         "uint64Value",
         "int32Value",
         "uint32Value",
+        "category",
     ),
 )
 _GPU_OP_COMMON = ("start", "end", "deviceId", "streamId", "correlationId", "globalPid")

@@ -100,6 +100,107 @@ def analyze(
     console.print(f"wrote {len(written)} files to {out}/")
 
 
+@app.command(context_settings={"allow_interspersed_args": False})
+def profile(
+    command: Annotated[list[str], typer.Argument(help="The workload: -- CMD [ARGS...]")],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Folder for reports and analysis.")
+    ] = Path("profile_out"),
+    power: Annotated[
+        bool,
+        typer.Option(help="Sample GPU power with NVML around the workload (nvtx-phases[power])."),
+    ] = False,
+    trace: Annotated[
+        str, typer.Option(help="APIs to trace (those this nsys lacks are left out, with a note).")
+    ] = "cuda,nvtx,osrt,cublas",
+    sample_cpu: Annotated[
+        bool, typer.Option(help="CPU sampling and context switches (bigger files; off by default).")
+    ] = False,
+    gpu_metrics: Annotated[
+        bool, typer.Option(help="GPU metrics, when a GPU supports them.")
+    ] = True,
+    timeout: Annotated[
+        float | None, typer.Option(help="Seconds before the run is stopped (default: none).")
+    ] = None,
+    nsys: Annotated[
+        str | None, typer.Option(help="nsys executable (default: $NSYS or PATH).")
+    ] = None,
+    analyze_after: Annotated[
+        bool, typer.Option("--analyze/--no-analyze", help="Analyze the exports afterwards.")
+    ] = True,
+    max_rows: Annotated[int, typer.Option(help="Rows of the printed table.")] = 60,
+) -> None:
+    """Run CMD under nsys (defaults for RL runs), export SQLite, and analyze it.
+
+    Example: nvtx-phases profile --out prof -- python -m nvtx_phases.workload --steps 3
+    """
+    from nvtx_phases.nsys import NsysError, ProfileOptions, find_nsys
+    from nvtx_phases.nsys import profile as run_profile
+
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise _fail("no command to profile (… profile [OPTIONS] -- CMD ...)")
+    try:
+        found = find_nsys(nsys)
+        workload = list(command)
+        if power:
+            import socket
+
+            samples = out / f"power_{socket.gethostname()}.parquet"
+            workload = [
+                sys.executable,
+                "-m",
+                "nvtx_phases.power_run",
+                "--out",
+                str(samples),
+                "--",
+                *workload,
+            ]
+        options = ProfileOptions(
+            traces=tuple(t for t in trace.split(",") if t),
+            cpu_sampling=sample_cpu,
+            gpu_metrics=gpu_metrics,
+        )
+        console.print(f"nsys {found.version}: profiling {' '.join(command)}")
+        result = run_profile(workload, out, options=options, nsys=found, timeout_s=timeout)
+    except NsysError as exc:
+        raise _fail(str(exc)) from None
+    for note in result.notes:
+        console.print(f"note: {note}", style="yellow")
+    for report, export in zip(result.reports, result.exports, strict=True):
+        console.print(f"report {report}  →  {export}")
+    if result.exit_code:
+        err_console.print(f"the workload exited with status {result.exit_code}; reports kept")
+    if analyze_after:
+        analyze(
+            list(result.exports),
+            out=out / "analysis",
+            phase_map=None,
+            all_ranges=False,
+            figures=True,
+            max_rows=max_rows,
+            quiet=False,
+        )
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)
+
+
+@app.command("verl-config")
+def verl_config(
+    save_path: Annotated[
+        str, typer.Option(help="Where VeRL writes its nsys reports.")
+    ] = "outputs/profile",
+    steps: Annotated[str, typer.Option(help="Steps to profile, comma-separated.")] = "1,2,3",
+) -> None:
+    """Print the VeRL (0.9.1) overrides that run its Ray workers under nsys like `profile`."""
+    from nvtx_phases.nsys import verl_overrides
+
+    indices = [int(s) for s in steps.split(",") if s.strip()]
+    for line in verl_overrides(save_path, indices):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 @app.command()
 def synth(
     out: Annotated[Path, typer.Argument(help="Output .sqlite file (or folder with --split).")],

@@ -6,8 +6,10 @@ opened inside ``with step(s):`` inherits ``s``. Without a profiler attached, NVT
 no-ops, so marking costs next to nothing.
 
 Older ``nvtx`` releases (< 0.2.9, the ones that record ranges under nsys 2022.4) cannot send a
-payload; ranges are then sent without one and the analysis takes the step from the enclosing
-``step`` range instead (see :data:`PAYLOAD_SUPPORTED`).
+payload; in this package's domain the step index then travels as the NVTX *category* (a uint32
+that nsys records; 0 means none), and the analysis reads it from there (see
+:data:`PAYLOAD_SUPPORTED`). Decorated ``async`` functions get start/end ranges, since coroutines
+interleave on one thread and would break push/pop nesting.
 
 The same ranges can be written to a JSON-lines file with monotonic and wall-clock stamps
 (:func:`record_to`, or the ``NVTX_PHASES_JSONL`` environment variable in every process), for
@@ -24,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,7 +41,9 @@ PAYLOAD_SUPPORTED = "payload" in inspect.signature(nvtx.push_range).parameters
 #: Environment variable naming a JSON-lines file every process appends its ranges to.
 JSONL_ENV = "NVTX_PHASES_JSONL"
 
-_local = threading.local()
+#: Open ranges of the current thread or asyncio task: ((name, step), ...). A ContextVar, not a
+#: thread-local, so that interleaved coroutines each see their own nesting.
+_OPEN: ContextVar[tuple[tuple[str, int | None], ...]] = ContextVar("nvtx_phases_open", default=())
 
 
 class JsonlRecorder:
@@ -93,15 +98,9 @@ def record_to(path: str | Path) -> Iterator[JsonlRecorder]:
         recorder.close()
 
 
-def _stack() -> list[tuple[str, int | None]]:
-    if not hasattr(_local, "stack"):
-        _local.stack = []
-    return _local.stack
-
-
 def current_step() -> int | None:
-    """The step index of the innermost open range on this thread that has one."""
-    for _, step_index in reversed(_stack()):
+    """The step index of the innermost open range (this thread or task) that has one."""
+    for _, step_index in reversed(_OPEN.get()):
         if step_index is not None:
             return step_index
     return None
@@ -117,29 +116,42 @@ class phase:
 
     """
 
-    def __init__(self, name: str, *, step: int | None = None, domain: str = DOMAIN) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        step: int | None = None,
+        domain: str = DOMAIN,
+        asynchronous: bool = False,
+    ) -> None:
         self.name = name
         self.step = step
         self.domain = domain
-        self._frames: list[tuple[int, int, str]] = []
+        self.asynchronous = asynchronous
+        self._frames: list[tuple[int, int, str, Any, Any, int | None]] = []
 
     def __enter__(self) -> phase:
         step_index = self.step if self.step is not None else current_step()
-        stack = _stack()
-        path = PATH_SEP.join([*(n for n, _ in stack), self.name])
-        stack.append((self.name, step_index))
-        kwargs: dict[str, Any] = {"color": phase_color(self.name), "domain": self.domain}
-        if PAYLOAD_SUPPORTED and step_index is not None:
-            kwargs["payload"] = int(step_index)
-        nvtx.push_range(self.name, **kwargs)
-        self._frames.append((time.monotonic_ns(), time.time_ns(), path))
+        open_ranges = _OPEN.get()
+        path = PATH_SEP.join([*(n for n, _ in open_ranges), self.name])
+        token = _OPEN.set((*open_ranges, (self.name, step_index)))
+        kwargs = nvtx_attributes(self.name, step_index, self.domain)
+        if self.asynchronous:
+            handle = nvtx.start_range(self.name, **kwargs)
+        else:
+            handle = None
+            nvtx.push_range(self.name, **kwargs)
+        self._frames.append((time.monotonic_ns(), time.time_ns(), path, handle, token, step_index))
         return self
 
     def __exit__(self, *exc: object) -> None:
         end_mono = time.monotonic_ns()
-        nvtx.pop_range(domain=self.domain)
-        start_mono, start_wall, path = self._frames.pop()
-        _, step_index = _stack().pop()
+        start_mono, start_wall, path, handle, token, step_index = self._frames.pop()
+        if handle is not None:
+            nvtx.end_range(handle)
+        else:
+            nvtx.pop_range(domain=self.domain)
+        _OPEN.reset(token)
         recorder = _active_recorder()
         if recorder is not None:
             recorder.write(
@@ -158,14 +170,42 @@ class phase:
             )
 
     def __call__(self, func: F) -> F:
-        """Use as a decorator: every call of ``func`` runs inside the range."""
+        """Use as a decorator: every call of ``func`` runs inside the range.
+
+        ``functools.wraps`` keeps ``func``'s attributes, so frameworks that tag methods (VeRL's
+        ``@register``) still find their tags on the wrapper.
+        """
+        name, step_index, domain = self.name, self.step, self.domain
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                with phase(name, step=step_index, domain=domain, asynchronous=True):
+                    return await func(*args, **kwargs)
+
+            return async_wrapper  # type: ignore[return-value]
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with phase(self.name, step=self.step, domain=self.domain):
+            with phase(name, step=step_index, domain=domain):
                 return func(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]
+
+
+def nvtx_attributes(name: str, step_index: int | None, domain: str) -> dict[str, Any]:
+    """Keyword arguments for ``nvtx`` range calls: color, domain and the step index.
+
+    The step goes in the payload where ``nvtx`` supports one, else (this package's domain
+    only, values 1 … 2**32-1) in the category.
+    """
+    kwargs: dict[str, Any] = {"color": phase_color(name), "domain": domain}
+    if step_index is not None:
+        if PAYLOAD_SUPPORTED:
+            kwargs["payload"] = int(step_index)
+        elif domain == DOMAIN and 0 < step_index < 2**32:
+            kwargs["category"] = int(step_index)
+    return kwargs
 
 
 def step(index: int, *, domain: str = DOMAIN) -> phase:

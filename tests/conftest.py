@@ -1,35 +1,10 @@
-"""Shared fixtures: paths to ../shared traces, the bundled samples, and nsys when present."""
-
-from __future__ import annotations
-
-import os
-import shutil
-from pathlib import Path
+"""Shared fixtures (helpers live in nvtxp_testkit)."""
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
-SAMPLES = REPO / "traces_sample"
-SHARED = Path(os.environ.get("NVTX_PHASES_SHARED", REPO.parent / "shared"))
-TRACES = SHARED / "traces"
-
-
-def shared_trace(name: str) -> Path:
-    """A real export from ../shared/traces (CI has that folder; skip where it is absent)."""
-    path = TRACES / name
-    if not path.exists():
-        if os.environ.get("NVTX_PHASES_REQUIRE_SHARED") == "1":
-            pytest.fail(f"{path} is required here (NVTX_PHASES_REQUIRE_SHARED=1) but missing")
-        pytest.skip(f"{path} not present (set NVTX_PHASES_SHARED)")
-    return path
+from nvtxp_testkit import find_nsys_or_skip
 
 
 @pytest.fixture(scope="session")
 def nsys() -> str:
     """Path of the nsys CLI; skips (or fails in CI, NVTX_PHASES_REQUIRE_NSYS=1) without it."""
-    found = shutil.which("nsys")
-    if found is None:
-        if os.environ.get("NVTX_PHASES_REQUIRE_NSYS") == "1":
-            pytest.fail("nsys is required here (NVTX_PHASES_REQUIRE_NSYS=1) but not on PATH")
-        pytest.skip("nsys not on PATH (install: bash ../shared/nsys/install-debian-nsys.sh)")
-    return found
+    return find_nsys_or_skip()

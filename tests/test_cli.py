@@ -2,10 +2,10 @@ import json
 
 import polars as pl
 import pytest
+from nvtxp_testkit import SAMPLES
 from typer.testing import CliRunner
 
 from nvtx_phases.cli import app
-from tests.conftest import SAMPLES
 
 runner = CliRunner()
 

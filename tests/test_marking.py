@@ -58,3 +58,40 @@ def test_no_recorder_no_file(tmp_path, monkeypatch):
     with step(1), phase("gen"):
         pass
     assert list(tmp_path.iterdir()) == []
+
+
+def test_async_phases_keep_their_own_nesting_and_step(tmp_path):
+    import asyncio
+
+    @phase("generate_sequences")
+    async def rollout(delay: float) -> None:
+        with phase("generation"):
+            await asyncio.sleep(delay)
+
+    async def main() -> None:
+        with step(9):
+            await asyncio.gather(rollout(0.02), rollout(0.01))
+
+    out = tmp_path / "a.jsonl"
+    with record_to(out):
+        asyncio.run(main())
+    records = pl.read_ndjson(out)
+    assert Counter(records["path"].to_list()) == {
+        "step": 1,
+        "step/generate_sequences": 2,
+        "step/generate_sequences/generation": 2,
+    }
+    assert set(records["step"]) == {9}
+
+
+def test_step_goes_to_payload_or_category():
+    attrs = marking.nvtx_attributes("gen", 4, "nvtx_phases")
+    if marking.PAYLOAD_SUPPORTED:
+        assert attrs["payload"] == 4
+    else:
+        assert attrs["category"] == 4
+    assert (
+        "category" not in marking.nvtx_attributes("gen", 4, "other_domain")
+        or marking.PAYLOAD_SUPPORTED
+    )
+    assert "category" not in marking.nvtx_attributes("gen", 0, "nvtx_phases")

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from nvtxp_testkit import SAMPLES, shared_trace
 
 from analysis.phase_map import default_phase_map
 from analysis.pipeline import analyze
-from tests.conftest import SAMPLES, shared_trace
 
 
 def nsys_reports(nsys: str, export: Path, tmp_path: Path) -> dict[str, pl.DataFrame]:

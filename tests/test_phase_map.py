@@ -1,8 +1,8 @@
 import polars as pl
+from nvtxp_testkit import SAMPLES
 
 from analysis.phase_map import default_phase_map, load_phase_map
 from analysis.pipeline import analyze
-from tests.conftest import SAMPLES
 
 
 def test_default_map_knows_verl_names():

@@ -5,12 +5,12 @@ Expected totals were computed with plain SQL over the same files (sqlite3 CLI), 
 
 import polars as pl
 import pytest
+from nvtxp_testkit import SAMPLES, shared_trace
 
 from analysis.phase_map import default_phase_map
 from analysis.pipeline import analyze
 from analysis.reader import read_export
 from nvtx_phases.workload import expected_paths
-from tests.conftest import SAMPLES, shared_trace
 
 NO_GPU_TABLES = [
     "CUPTI_ACTIVITY_KIND_KERNEL",
@@ -63,7 +63,7 @@ def test_recorded_sample_has_exactly_the_workload_structure():
     result = analyze([SAMPLES / "cpu_rl_step_nsys2022.4.sqlite"])
     counts = result.phases.group_by("path").agg(pl.col("n_ranges").sum())
     assert dict(counts.rows()) == dict(expected_paths(3))
-    assert sorted(result.phases["step"].unique().to_list()) == [0, 1, 2]
+    assert sorted(result.phases["step"].unique().to_list()) == [1, 2, 3]  # from the category
     assert result.phases["domain"].unique().to_list() == ["nvtx_phases"]
     levels = dict(result.phases.select("path", "level").unique().rows())
     assert levels["step/update_actor/micro_batch/backward"] == 3

@@ -3,8 +3,9 @@
 import re
 import sqlite3
 
+from nvtxp_testkit import REPO, SAMPLES, SHARED
+
 from analysis.synth import TABLES
-from tests.conftest import REPO, SAMPLES, SHARED
 
 
 def test_vendored_ddl_is_the_shared_reference():

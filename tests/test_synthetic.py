@@ -4,11 +4,11 @@ import json
 
 import polars as pl
 import pytest
+from nvtxp_testkit import SAMPLES
 from polars.testing import assert_frame_equal
 
 from analysis.pipeline import analyze
 from analysis.synth import SynthConfig, generate
-from tests.conftest import SAMPLES
 
 METRICS = [
     "wall_ns",

@@ -1,0 +1,250 @@
+r"""Mark every VeRL step, phase and subphase with NVTX ranges, without editing VeRL.
+
+Written and tested against VeRL 0.9.1 (``TESTED_VERSIONS``). ``install()`` wraps:
+
+- trainer side: ``verl.trainer.ppo.ray_trainer.marked_timer``, the context manager VeRL's
+  ``RayPPOTrainer.fit`` opens around ``step, gen, reward, old_log_prob, ref, values, adv,
+  update_critic, update_actor, update_weights, testing, save_checkpoint``: each becomes one range in
+  the ``nvtx_phases`` domain carrying the trainer's ``global_steps`` (VeRL's own timing is kept;
+  its own NVTX range for the same name is replaced by this one, so a phase is not marked twice);
+- worker side: the methods of :data:`HOOKS` (log-prob, update, weight sync, mini-batches,
+  forward, backward, optimizer step, rollout KV-cache wake/sleep, generation, reward model,
+  rule-based reward function).
+
+Enable it in every Ray worker (VeRL runs its trainer loop and workers as Ray actors) with one
+override of VeRL's launch command::
+
+    python -m verl.trainer.main_ppo ... \\
+        +ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=nvtx_phases.verl.install
+
+A hook whose target moved in another VeRL release fails loudly, naming the attribute; a target
+in a module whose optional backend is not installed (vLLM, SGLang, Megatron) is skipped.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from nvtx_phases.marking import phase
+
+TESTED_VERSIONS = ("0.9.1",)
+WRAPPED_MARK = "__nvtx_phases_original__"
+
+
+class HookError(RuntimeError):
+    """A hook target is missing from the installed VeRL (another release moved it)."""
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One function or method to wrap in a range named ``phase``."""
+
+    module: str
+    qualname: str
+    phase: str
+    #: The module needs an optional backend (vLLM, Megatron…): skip it when it cannot import.
+    optional: bool = False
+
+    @property
+    def target(self) -> str:
+        """Dotted path of the wrapped attribute."""
+        return f"{self.module}.{self.qualname}"
+
+
+#: Worker- and driver-side subphases (VeRL 0.9.1).
+HOOKS: tuple[Hook, ...] = (
+    Hook(
+        "verl.workers.engine_workers", "ActorRolloutRefWorker.compute_log_prob", "compute_log_prob"
+    ),
+    Hook(
+        "verl.workers.engine_workers",
+        "ActorRolloutRefWorker.compute_ref_log_prob",
+        "compute_ref_log_prob",
+    ),
+    Hook("verl.workers.engine_workers", "ActorRolloutRefWorker.update_actor", "update_actor"),
+    Hook("verl.workers.engine_workers", "ActorRolloutRefWorker.update_weights", "weight_sync"),
+    Hook("verl.workers.engine_workers", "TrainingWorker.train_batch", "train_batch"),
+    Hook("verl.workers.engine_workers", "TrainingWorker.train_mini_batch", "mini_batch"),
+    Hook("verl.workers.engine_workers", "TrainingWorker.infer_batch", "infer_batch"),
+    Hook(
+        "verl.workers.engine.fsdp.transformer_impl",
+        "FSDPEngine.forward_backward_batch",
+        "micro_batches",
+    ),
+    Hook(
+        "verl.workers.engine.fsdp.transformer_impl", "FSDPEngineWithLMHead.forward_step", "forward"
+    ),
+    Hook(
+        "verl.workers.engine.fsdp.transformer_impl", "FSDPEngine.optimizer_step", "optimizer_step"
+    ),
+    Hook("torch", "Tensor.backward", "backward"),
+    Hook("verl.workers.rollout.replica", "RolloutReplica.wake_up", "kv_cache_wake"),
+    Hook("verl.workers.rollout.replica", "RolloutReplica.sleep", "kv_cache_sleep"),
+    Hook(
+        "verl.experimental.agent_loop.agent_loop",
+        "AgentLoopManager.generate_sequences",
+        "generation",
+    ),
+    Hook("verl.trainer.ppo.ray_trainer", "RayPPOTrainer._compute_reward_colocate", "rm_forward"),
+    Hook(
+        "verl.experimental.reward_loop.reward_loop", "RewardLoopWorker.compute_score", "reward_fn"
+    ),
+    Hook(
+        "verl.workers.rollout.vllm_rollout.vllm_async_server",
+        "vLLMHttpServer.wake_up",
+        "kv_cache_wake",
+        optional=True,
+    ),
+    Hook(
+        "verl.workers.rollout.vllm_rollout.vllm_async_server",
+        "vLLMHttpServer.sleep",
+        "kv_cache_sleep",
+        optional=True,
+    ),
+)
+TRAINER_TIMER = Hook("verl.trainer.ppo.ray_trainer", "marked_timer", "<trainer phase>")
+
+
+@dataclass
+class _Installed:
+    owner: Any
+    name: str
+    original: Any
+    owned: bool  # the attribute lived on ``owner`` itself (not inherited)
+
+
+_installed: dict[str, _Installed] = {}
+_skipped: dict[str, str] = {}
+
+
+def _resolve(hook: Hook) -> tuple[Any, str, Any] | None:
+    """(owner, attribute name, current value), or None for an optional module that won't import."""
+    try:
+        module = importlib.import_module(hook.module)
+    except Exception as exc:  # VeRL raises ValueError, not ImportError, when vLLM is absent
+        if hook.optional:
+            _skipped[hook.target] = f"module not importable ({exc.__class__.__name__}: {exc})"
+            return None
+        raise HookError(f"cannot import {hook.module} for {hook.target}: {exc}") from exc
+    owner: Any = module
+    *parents, name = hook.qualname.split(".")
+    for part in parents:
+        if not hasattr(owner, part):
+            raise HookError(_moved(hook, f"{owner.__name__}.{part}"))
+        owner = getattr(owner, part)
+    if not hasattr(owner, name):
+        raise HookError(_moved(hook, hook.target))
+    return owner, name, getattr(owner, name)
+
+
+def _moved(hook: Hook, missing: str) -> str:
+    return (
+        f"{missing} not found in verl {_verl_version()} (hooks written for verl "
+        f"{', '.join(TESTED_VERSIONS)}); cannot mark phase '{hook.phase}'"
+    )
+
+
+def _verl_version() -> str:
+    verl = sys.modules.get("verl") or importlib.import_module("verl")
+    return getattr(verl, "__version__", "unknown")
+
+
+def _wrap(hook: Hook) -> None:
+    resolved = _resolve(hook)
+    if resolved is None or hook.target in _installed:
+        return
+    owner, name, current = resolved
+    if hasattr(current, WRAPPED_MARK):
+        return  # installed by an earlier import of this module
+    wrapper = phase(hook.phase)(current)
+    setattr(wrapper, WRAPPED_MARK, current)
+    owned = name in vars(owner)
+    setattr(owner, name, wrapper)
+    _installed[hook.target] = _Installed(owner, name, current, owned)
+
+
+def _global_step(frame: Any) -> int | None:
+    """``self.global_steps`` of the trainer whose ``fit`` opened the timer, if any."""
+    trainer = frame.f_locals.get("self") if frame is not None else None
+    value = getattr(trainer, "global_steps", None)
+    return value if isinstance(value, int) else None
+
+
+def _trainer_timer(timing_only: Callable[..., Any]) -> Callable[..., Any]:
+    """A drop-in for ``marked_timer``: VeRL's timing, plus one nvtx_phases range with the step."""
+
+    @contextmanager
+    def _both(name: str, step_index: int | None, timer: Any) -> Iterator[None]:
+        with phase(name, step=step_index), timer:
+            yield
+
+    @functools.wraps(timing_only)
+    def marked_timer(name: str, timing_raw: dict[str, float], *args: Any, **kwargs: Any) -> Any:
+        step_index = _global_step(sys._getframe(1))
+        return _both(str(name), step_index, timing_only(name, timing_raw, *args, **kwargs))
+
+    return marked_timer
+
+
+def install(*, strict: bool = True) -> list[str]:
+    """Wrap every hook target; returns the wrapped targets. Idempotent.
+
+    ``strict=False`` turns a missing target into a warning instead of :class:`HookError`.
+    Usable as Ray's ``worker_process_setup_hook`` (called with no arguments).
+    """
+    version = _verl_version()
+    if version not in TESTED_VERSIONS:
+        warnings.warn(
+            f"nvtx_phases.verl hooks are tested with verl {', '.join(TESTED_VERSIONS)}, "
+            f"not {version}; every target is checked, missing ones are reported",
+            stacklevel=2,
+        )
+    for hook in (TRAINER_TIMER, *HOOKS):
+        try:
+            if hook is TRAINER_TIMER:
+                _install_trainer_timer()
+            else:
+                _wrap(hook)
+        except HookError as exc:
+            if strict:
+                raise
+            warnings.warn(str(exc), stacklevel=2)
+    return sorted(_installed)
+
+
+def _install_trainer_timer() -> None:
+    resolved = _resolve(TRAINER_TIMER)
+    if resolved is None or TRAINER_TIMER.target in _installed:
+        return
+    owner, name, current = resolved
+    performance = importlib.import_module("verl.utils.profiler.performance")
+    wrapper = _trainer_timer(performance.marked_timer)
+    setattr(wrapper, WRAPPED_MARK, current)
+    setattr(owner, name, wrapper)
+    _installed[TRAINER_TIMER.target] = _Installed(owner, name, current, owned=True)
+
+
+def uninstall() -> None:
+    """Restore every original attribute."""
+    for target in list(_installed):
+        entry = _installed.pop(target)
+        if entry.owned:
+            setattr(entry.owner, entry.name, entry.original)
+        else:
+            delattr(entry.owner, entry.name)
+
+
+def installed() -> dict[str, str]:
+    """Wrapped targets → phase name, and skipped optional targets → why."""
+    names = {h.target: h.phase for h in (TRAINER_TIMER, *HOOKS)}
+    return {
+        **{t: names[t] for t in _installed},
+        **{t: f"skipped: {why}" for t, why in _skipped.items()},
+    }
