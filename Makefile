@@ -14,7 +14,7 @@ BASE := $(VENV)/.installed-base
 DEV := $(VENV)/.installed-dev
 TEST := $(VENV)/.installed-test
 
-.PHONY: venv demo test lint format profile samples bench clean
+.PHONY: venv demo figures test lint format profile samples bench clean
 
 $(BASE): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,12 +32,24 @@ $(TEST): $(DEV)
 
 venv: $(TEST)
 
-## demo: analyze traces_sample/ (synthetic GRPO run + a real nsys 2022.4 CPU capture), print tables, write figures
+## demo: analyze traces_sample/ (synthetic GRPO runs with power + a real nsys 2022.4 CPU capture):
+##       phase tables, figures, report.html, and a reward-model vs rule-reward comparison
 demo: $(BASE)
 	$(BIN)/nvtx-phases analyze traces_sample/grpo_synthetic.sqlite --out $(OUT)/demo --max-rows 40
+	$(BIN)/nvtx-phases report $(OUT)/demo --out $(OUT)/demo
 	$(BIN)/nvtx-phases analyze traces_sample/grpo_synthetic_split --out $(OUT)/demo_split --quiet
 	$(BIN)/nvtx-phases analyze traces_sample/cpu_rl_step_nsys2022.4.sqlite --out $(OUT)/demo_cpu --max-rows 16
-	@echo "figures: $(OUT)/demo/figures/"
+	$(BIN)/nvtx-phases compare traces_sample/grpo_synthetic.sqlite traces_sample/grpo_synthetic_rm.sqlite \
+		--label rule_reward --label reward_model --out $(OUT)/compare
+	@echo "report: $(OUT)/demo/report.html   figures: $(OUT)/demo/figures/   comparison: $(OUT)/compare/"
+
+## figures: regenerate every figure (and report) from the sample traces
+figures: $(BASE)
+	$(BIN)/nvtx-phases report traces_sample/grpo_synthetic.sqlite --out $(OUT)/figures/grpo_synthetic
+	$(BIN)/nvtx-phases report traces_sample/grpo_synthetic_rm.sqlite --out $(OUT)/figures/grpo_synthetic_rm
+	$(BIN)/nvtx-phases report traces_sample/cpu_rl_step_nsys2022.4.sqlite --out $(OUT)/figures/cpu_rl_step
+	$(BIN)/nvtx-phases compare traces_sample/grpo_synthetic.sqlite traces_sample/grpo_synthetic_rm.sqlite \
+		--label rule_reward --label reward_model --out $(OUT)/figures/compare
 
 ## test: lint, format check and the whole test suite (real nsys, real VeRL)
 test: $(TEST)
@@ -59,6 +71,8 @@ format: $(DEV)
 ## samples: regenerate the synthetic sample traces (deterministic)
 samples: $(BASE)
 	$(BIN)/nvtx-phases synth traces_sample/grpo_synthetic.sqlite
+	$(BIN)/nvtx-phases synth traces_sample/grpo_synthetic_rm.sqlite --reward-model
+	rm -rf traces_sample/grpo_synthetic_split
 	$(BIN)/nvtx-phases synth traces_sample/grpo_synthetic_split --split
 
 ## bench: reader comparison (issue: scale benchmarks extend this)

@@ -21,6 +21,11 @@ GROUP_KEYS = ["trace", "pid", "step", "path", "phase", "attribution"]
 METRICS = ["kernel_ns", "nccl_ns", "memcpy_ns", "memcpy_bytes", "memset_ns", "n_kernels"]
 
 
+def sum_or_null(name: str) -> pl.Expr:
+    """Sum of a column, null (not 0) when every value is null: absent data is not zero."""
+    return pl.when(pl.col(name).is_not_null().any()).then(pl.col(name).sum()).alias(name)
+
+
 def class_sums(duration: pl.Expr, counted: pl.Expr) -> list[pl.Expr]:
     """Per-class time sums of ``duration``, and counts/bytes of rows where ``counted``."""
     kind = pl.col("kind")
@@ -115,7 +120,8 @@ def phase_table(phases: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
         )
     )
     table = (
-        rows.group_by(GROUP_KEYS)
+        rows.sort("rid")
+        .group_by(GROUP_KEYS)  # sorted: float sums in a fixed order
         .agg(
             pl.col("canonical").first(),
             pl.col("domain").first(),
@@ -130,8 +136,19 @@ def phase_table(phases: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
             pl.col("n_devices").max(),
             pl.col("gpu_start_ns").min(),
             pl.col("gpu_end_ns").max(),
+            # energy: null (not zero) when there were no power samples
+            sum_or_null("energy_j"),
+            sum_or_null("energy_above_idle_j"),
+            sum_or_null("gap_energy_j"),
+            pl.col("peak_power_w").max(),
+            pl.col("energy_samples").min(),
+            pl.col("below_sampling_interval").any(ignore_nulls=True),
         )
-        .sort(["step", "start_ns", "level", "trace", "pid"], nulls_last=True)
+        .with_columns((pl.col("energy_j") / (pl.col("wall_ns") / 1e9)).alias("avg_power_w"))
+        .sort(
+            ["step", "start_ns", "level", "trace", "pid", "path", "phase", "attribution"],
+            nulls_last=True,
+        )
     )
     return table.select(
         "trace",
@@ -158,6 +175,13 @@ def phase_table(phases: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
         "n_devices",
         "gpu_start_ns",
         "gpu_end_ns",
+        "energy_j",
+        "avg_power_w",
+        "peak_power_w",
+        "energy_above_idle_j",
+        "gap_energy_j",
+        "energy_samples",
+        "below_sampling_interval",
     )
 
 

@@ -130,11 +130,13 @@ def innermost_by_segment(window_ranges: pl.DataFrame, boundaries: pl.Series) -> 
     return segments.select("seg").join(best.select("seg", "rid"), on="seg", how="left")
 
 
-def window_pieces(ops: pl.DataFrame, window_ranges: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
+def window_pieces(
+    ops: pl.DataFrame, window_ranges: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame]:
     """Split every op at window-range boundaries; each piece gets the innermost range ``rid``.
 
     Returns the pieces (``op_id, device, op_class, kind, bytes, seg, overlap_ns, first_piece,
-    piece_start_ns, piece_end_ns, rid``) and the boundaries used.
+    piece_start_ns, piece_end_ns, rid``), the boundaries, and the innermost range per segment.
     """
     boundaries = (
         pl.concat([window_ranges["start_ns"], window_ranges["end_ns"]]).unique().sort()
@@ -149,7 +151,7 @@ def window_pieces(ops: pl.DataFrame, window_ranges: pl.DataFrame) -> tuple[pl.Da
         pl.min_horizontal("end_ns", "seg_end_ns").alias("piece_end_ns"),
     )
     pieces = pieces.join(innermost, on="seg", how="left")
-    return pieces, boundaries
+    return pieces, boundaries, innermost
 
 
 def range_segments(ranges: pl.DataFrame, boundaries: pl.Series) -> pl.DataFrame:

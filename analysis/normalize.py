@@ -17,6 +17,7 @@ from nvtx_phases.naming import DOMAIN
 
 #: ENUM_NSYS_EVENT_TYPE ids (stable from 2022.4 to 2026.2).
 NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND = 59, 60, 70, 71
+NVTX_MARK = 34
 NVTX_DOMAIN_CREATE = 75
 RANGE_EVENT_TYPES = (NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND)
 
@@ -59,6 +60,15 @@ OPS_SCHEMA = {
     "correlation_id": pl.Int64,
 }
 
+MARKS_SCHEMA = {
+    "trace": pl.String,
+    "host": pl.String,
+    "pid": pl.Int64,
+    "ts_ns": pl.Int64,
+    "text": pl.String,
+    "domain": pl.String,
+}
+
 RUNTIME_SCHEMA = {
     "trace": pl.String,
     "gtid": pl.Int64,
@@ -76,6 +86,7 @@ class Normalized:
     ranges: pl.DataFrame
     ops: pl.DataFrame
     runtime: pl.DataFrame
+    marks: pl.DataFrame
     warnings: list[str]
 
 
@@ -91,19 +102,12 @@ def _with_string(frame: pl.DataFrame, strings: pl.DataFrame, id_col: str, out: s
     return frame.join(lookup, on=id_col, how="left")
 
 
-def nvtx_ranges(raw: RawTrace, *, offset_ns: int = 0) -> tuple[pl.DataFrame, list[str]]:
-    """NVTX push/pop and start/end ranges with message text, domain name and integer payload.
-
-    Ranges left open at the end of the capture are closed at the last timestamp of the file,
-    as NVIDIA's reports do, and counted in a warning; ranges that end before they start are
-    dropped with a warning.
-    """
+def _nvtx_events(raw: RawTrace) -> pl.DataFrame | None:
+    """NVTX events with ``message`` (text or registered string), ``pid`` and ``domain`` name."""
     events = raw.frame(T.NVTX_EVENTS)
-    warnings: list[str] = []
     if events is None or events.is_empty():
-        return pl.DataFrame(schema=RANGES_SCHEMA), warnings
-    strings = _strings(raw)
-    events = _with_string(events, strings, "textId", "registered_text")
+        return None
+    events = _with_string(events, _strings(raw), "textId", "registered_text")
     events = events.with_columns(
         pl.coalesce(pl.col("text").cast(pl.String), pl.col("registered_text")).alias("message"),
         pid_of(pl.col("globalTid")).alias("pid"),
@@ -114,6 +118,39 @@ def nvtx_ranges(raw: RawTrace, *, offset_ns: int = 0) -> tuple[pl.DataFrame, lis
         .group_by("pid", "domainId")
         .agg(pl.col("message").sort_by("start").first().alias("domain"))
     )
+    return events.join(domains, on=["pid", "domainId"], how="left")
+
+
+def nvtx_marks(raw: RawTrace, *, offset_ns: int = 0) -> pl.DataFrame:
+    """NVTX marks (instant events): time, text, domain, process, host."""
+    events = _nvtx_events(raw)
+    if events is None:
+        return pl.DataFrame(schema=MARKS_SCHEMA)
+    return (
+        events.filter(pl.col("eventType") == NVTX_MARK)
+        .select(
+            pl.lit(raw.label).alias("trace"),
+            pl.lit(raw.host).alias("host"),
+            "pid",
+            (pl.col("start") + offset_ns).alias("ts_ns"),
+            pl.col("message").fill_null("").alias("text"),
+            pl.col("domain").fill_null("").alias("domain"),
+        )
+        .cast(MARKS_SCHEMA)  # type: ignore[arg-type]
+    )
+
+
+def nvtx_ranges(raw: RawTrace, *, offset_ns: int = 0) -> tuple[pl.DataFrame, list[str]]:
+    """NVTX push/pop and start/end ranges with message text, domain name and integer payload.
+
+    Ranges left open at the end of the capture are closed at the last timestamp of the file,
+    as NVIDIA's reports do, and counted in a warning; ranges that end before they start are
+    dropped with a warning.
+    """
+    events = _nvtx_events(raw)
+    warnings: list[str] = []
+    if events is None:
+        return pl.DataFrame(schema=RANGES_SCHEMA), warnings
     ranges = events.filter(pl.col("eventType").is_in(RANGE_EVENT_TYPES))
     last_ts = events.select(pl.max_horizontal(pl.col("start").max(), pl.col("end").max())).item()
     n_open = ranges["end"].null_count()
@@ -127,7 +164,6 @@ def nvtx_ranges(raw: RawTrace, *, offset_ns: int = 0) -> tuple[pl.DataFrame, lis
     if n_backwards:
         warnings.append(f"{raw.label}: {n_backwards} NVTX range(s) end before they start; dropped")
         ranges = ranges.filter(pl.col("end") >= pl.col("start"))
-    ranges = ranges.join(domains, on=["pid", "domainId"], how="left")
     frame = ranges.select(
         pl.lit(raw.label).alias("trace"),
         pl.col("globalTid").alias("gtid"),
@@ -234,5 +270,6 @@ def normalize(raw: RawTrace, *, offset_ns: int = 0) -> Normalized:
         ranges=ranges,
         ops=gpu_ops(raw, offset_ns=offset_ns),
         runtime=runtime_calls(raw, offset_ns=offset_ns),
+        marks=nvtx_marks(raw, offset_ns=offset_ns),
         warnings=warnings,
     )

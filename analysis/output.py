@@ -46,9 +46,45 @@ def write_outputs(analysis: Analysis, out: str | Path) -> list[Path]:
             analysis.kernels.with_columns(pl.col("op_class").cast(pl.String)).write_csv,
         ),
         atomic_write(out / "steps.csv", analysis.steps.write_csv),
+        *(
+            [atomic_write(out / "power_samples.parquet", analysis.power_samples.write_parquet)]
+            if analysis.power_samples is not None
+            else []
+        ),
         atomic_write(
             out / "summary.json",
             lambda p: p.write_text(json.dumps(analysis.summary, indent=2) + "\n", encoding="utf-8"),
         ),
     ]
     return written
+
+
+def load_analysis(folder: str | Path) -> Analysis:
+    """Read back what :func:`write_outputs` wrote (GPU activity is left out: it can be large)."""
+    folder = Path(folder)
+    required = (
+        "phases.parquet",
+        "phase_devices.parquet",
+        "kernels.csv",
+        "steps.csv",
+        "summary.json",
+    )
+    missing = [name for name in required if not (folder / name).exists()]
+    if missing:
+        from analysis.errors import AnalysisError
+
+        msg = f"{folder}: not an analysis folder (missing {', '.join(missing)}); run `nvtx-phases analyze` first"
+        raise AnalysisError(msg)
+    power = folder / "power_samples.parquet"
+    return Analysis(
+        phases=pl.read_parquet(folder / "phases.parquet"),
+        phase_devices=pl.read_parquet(folder / "phase_devices.parquet"),
+        gpu_activity=pl.DataFrame(),
+        kernels=pl.read_csv(folder / "kernels.csv"),
+        steps=pl.read_csv(folder / "steps.csv"),
+        summary=json.loads((folder / "summary.json").read_text(encoding="utf-8")),
+        warnings=json.loads((folder / "summary.json").read_text(encoding="utf-8")).get(
+            "warnings", []
+        ),
+        power_samples=pl.read_parquet(power) if power.exists() else None,
+    )

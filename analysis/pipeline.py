@@ -12,11 +12,13 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis import aggregate, attribute
+from analysis import aggregate, attribute, energy
+from analysis import tables as T
 from analysis.align import clock_offsets
 from analysis.hierarchy import build_hierarchy
-from analysis.normalize import OPS_SCHEMA, RANGES_SCHEMA, RUNTIME_SCHEMA, normalize
+from analysis.normalize import MARKS_SCHEMA, OPS_SCHEMA, RANGES_SCHEMA, RUNTIME_SCHEMA, normalize
 from analysis.phase_map import PhaseMap, default_phase_map
+from analysis.power import PowerData, align, load_samples
 from analysis.reader import RawTrace, read_export
 
 PROJECTION = "projection"
@@ -34,6 +36,8 @@ class Analysis:
     steps: pl.DataFrame
     summary: dict
     warnings: list[str] = field(default_factory=list)
+    #: Power samples on the run's clock (``device, t_ns, power_w, energy_mj``), if any.
+    power_samples: pl.DataFrame | None = None
 
 
 def _concat(frames: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
@@ -41,13 +45,36 @@ def _concat(frames: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
     return pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=schema)
 
 
+def find_power_files(paths: Sequence[Path]) -> list[Path]:
+    """Sampler Parquet files that belong to these traces.
+
+    Those are ``<stem>.power.parquet`` beside a trace, and ``power_*.parquet`` in a trace's
+    folder (where ``nvtx-phases profile`` puts them).
+    """
+    found: list[Path] = []
+    for path in paths:
+        for candidate in (
+            path.with_name(path.stem + ".power.parquet"),
+            *sorted(path.parent.glob("power_*.parquet")),
+        ):
+            if candidate.exists() and candidate not in found:
+                found.append(candidate)
+    return found
+
+
 def analyze(
     paths: Sequence[str | Path],
     *,
     phase_map: PhaseMap | None = None,
+    power_files: Sequence[str | Path] | None = None,
+    idle_power_w: float | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Analysis:
-    """Analyze one run given as one or more nsys SQLite exports (one per process or node)."""
+    """Analyze one run given as one or more nsys SQLite exports (one per process or node).
+
+    ``power_files``: NVML sampler Parquet files; by default those found beside the traces
+    (:func:`find_power_files`); pass ``[]`` for none.
+    """
     phase_map = phase_map or default_phase_map()
     labels = _unique_labels([Path(p) for p in paths])
     raws: list[RawTrace] = []
@@ -56,7 +83,7 @@ def analyze(
             progress(f"reading {Path(path).name}")
         raws.append(read_export(path, label=label))
     offsets, warnings = clock_offsets(raws)
-    ranges, ops, runtime = [], [], []
+    ranges, ops, runtime, marks = [], [], [], []
     for raw in raws:
         warnings.extend(raw.warnings)
         if raw.missing_tables:
@@ -66,6 +93,7 @@ def analyze(
         ranges.append(norm.ranges)
         ops.append(norm.ops)
         runtime.append(norm.runtime)
+        marks.append(norm.marks)
     if progress:
         progress("attributing")
     all_ranges = _concat(ranges, RANGES_SCHEMA)
@@ -75,9 +103,30 @@ def analyze(
         .with_columns(pl.col("op_id").cast(pl.Int64))
     )
     all_runtime = _concat(runtime, RUNTIME_SCHEMA)
-    result = attribute_run(all_ranges, all_ops, all_runtime, phase_map)
+    power_paths = (
+        [Path(p) for p in power_files]
+        if power_files is not None
+        else find_power_files([Path(p) for p in paths])
+    )
+    power = None
+    if power_paths:
+        if progress:
+            progress("aligning power samples")
+        known = [r.session_start_utc_ns for r in raws if r.session_start_utc_ns is not None]
+        power = align(
+            load_samples(power_paths),
+            _concat(marks, MARKS_SCHEMA),
+            origin_utc_ns=min(known) if known else None,
+            op_devices=all_ops["device"].unique().to_list(),
+        )
+        warnings.extend(power.warnings)
+    result = attribute_run(
+        all_ranges, all_ops, all_runtime, phase_map, power=power, idle_power_w=idle_power_w
+    )
     result.warnings[:0] = warnings
     result.summary.update(
+        gpus=sorted({name for r in raws for name in _gpu_names(r)}),
+        driver_versions=sorted({r.driver_version for r in raws if r.driver_version}),
         traces=[
             {
                 "label": r.label,
@@ -92,13 +141,20 @@ def analyze(
         ],
         missing_tables=sorted({t for r in raws for t in r.missing_tables}),
         n_ranges=all_ranges.height,
+        power_files=[str(p) for p in power_paths],
         warnings=result.warnings,
     )
     return result
 
 
 def attribute_run(
-    ranges: pl.DataFrame, ops: pl.DataFrame, runtime: pl.DataFrame, phase_map: PhaseMap
+    ranges: pl.DataFrame,
+    ops: pl.DataFrame,
+    runtime: pl.DataFrame,
+    phase_map: PhaseMap,
+    *,
+    power: PowerData | None = None,
+    idle_power_w: float | None = None,
 ) -> Analysis:
     """The pure core: tidy frames of a whole run (one clock) → :class:`Analysis`."""
     hierarchy = build_hierarchy(ranges, phase_map)
@@ -129,7 +185,7 @@ def attribute_run(
     proj_metrics = aggregate.projection_metrics(pairs, ops, phases)
 
     # window
-    pieces, boundaries = attribute.window_pieces(ops, timeline)
+    pieces, boundaries, innermost = attribute.window_pieces(ops, timeline)
     seg_dev = aggregate.segment_device_metrics(pieces)
     n_devices = ops["device"].n_unique()
     range_segs = attribute.range_segments(window_ranges, boundaries)
@@ -147,6 +203,37 @@ def attribute_run(
         ],
         how="diagonal_relaxed",
     )
+    energy_summary: dict = {"power_source": None}
+    if power is not None and power.samples.height:
+        range_energy, device_energy, idle = energy.phase_energy(
+            phases, pairs, ops, power, idle_power_w=idle_power_w
+        )
+        metrics = metrics.join(range_energy, on="rid", how="full", coalesce=True)
+        per_device = per_device.join(device_energy, on=["rid", "device"], how="full", coalesce=True)
+        energy_summary = {
+            **energy.energy_conservation(power, boundaries, innermost),
+            "power_source": power.source,
+            "power_interval_ns": power.interval_ns,
+            "power_alignment": power.alignment,
+            "idle_power_w": dict(idle.iter_rows()),
+        }
+        missing_idle = idle.filter(pl.col("idle_power_w").is_null())["device"].to_list()
+        if missing_idle:
+            warnings.append(
+                f"no idle baseline for GPU(s) {', '.join(missing_idle)} (too few idle samples); "
+                "energy_above_idle_j is null: pass --idle-power-w"
+            )
+        short = phases.join(range_energy.filter(pl.col("below_sampling_interval")), on="rid").height
+        if short:
+            warnings.append(
+                f"{short} phase range(s) are shorter than the power sampling interval "
+                f"({(power.interval_ns or 0) / 1e6:.1f} ms): their energy is interpolated "
+                "(below_sampling_interval)"
+            )
+    else:
+        metrics = metrics.with_columns(
+            pl.lit(None, dtype=dtype).alias(name) for name, dtype in energy.ENERGY_COLUMNS.items()
+        )
     table = aggregate.phase_table(phases, metrics)
     devices = _phase_devices(phases, per_device, ops)
     activity = _gpu_activity(ops, pairs, pieces, phases, hierarchy.steps)
@@ -170,6 +257,7 @@ def attribute_run(
         "memcpy_ns": int(activity.filter(pl.col("kind") == "memcpy")["dur_ns"].sum()),
         "memcpy_bytes": int(activity.filter(pl.col("kind") == "memcpy")["bytes"].sum()),
         "memset_ns": int(activity.filter(pl.col("kind") == "memset")["dur_ns"].sum()),
+        **energy_summary,
     }
     return Analysis(
         phases=table,
@@ -179,6 +267,7 @@ def attribute_run(
         steps=hierarchy.steps,
         summary=summary,
         warnings=warnings,
+        power_samples=power.samples if power is not None else None,
     )
 
 
@@ -193,18 +282,30 @@ def _phase_devices(
         pl.col("name").alias("phase"),
         (pl.col("end_ns") - pl.col("start_ns")).alias("wall_ns"),
     )
-    devices = ops.select("device").unique()
+    devices = pl.concat([ops.select("device"), per_device.select("device")]).unique()
     grid = window.join(devices, how="cross").join(per_device, on=["rid", "device"], how="left")
     filled = grid.with_columns(
         [pl.col(m).fill_null(0) for m in (*aggregate.METRICS, "gpu_busy_ns")]
     ).with_columns((pl.col("wall_ns") - pl.col("gpu_busy_ns")).alias("idle_ns"))
+    energy_aggs = (
+        [
+            aggregate.sum_or_null("energy_j"),
+            aggregate.sum_or_null("energy_above_idle_j"),
+            pl.col("peak_power_w").max(),
+            pl.col("energy_samples").min(),
+        ]
+        if "energy_j" in filled.columns
+        else []
+    )
     return (
-        filled.group_by(*keys, "device")
+        filled.sort(*keys, "device", "rid", nulls_last=True)
+        .group_by(*keys, "device")
         .agg(
             pl.col("wall_ns").sum(),
             pl.col("gpu_busy_ns").sum(),
             pl.col("idle_ns").sum(),
             *(pl.col(m).sum() for m in aggregate.METRICS),
+            *energy_aggs,
         )
         .sort(["step", "path", "device"], nulls_last=True)
     )
@@ -282,6 +383,13 @@ def _gpu_activity(
         "window_path",
         pl.col("window_split").fill_null(False),
     ).sort("op_id")
+
+
+def _gpu_names(raw: RawTrace) -> list[str]:
+    gpus = raw.frame(T.TARGET_GPU)
+    if gpus is None or "name" not in gpus.columns:
+        return []
+    return [str(n) for n in gpus["name"].drop_nulls().unique().to_list()]
 
 
 def _unique_labels(paths: list[Path]) -> list[str]:

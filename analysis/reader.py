@@ -38,6 +38,18 @@ class RawTrace:
         return self.frames.get(spec.name)
 
     @property
+    def driver_version(self) -> str:
+        """NVIDIA driver version as the export states it ("" when absent or 0 on CPU-only hosts)."""
+        env = _pairs(self.frames.get(T.SYSTEM_ENV.name))
+        version = env.get("NvDriverVersion", "")
+        if version in ("", "0"):
+            return ""
+        # nsys stores 525.105.17 as 52510517
+        if version.isdigit() and len(version) >= 6:
+            return f"{int(version[:-5])}.{version[-5:-2]}.{version[-2:]}"
+        return version
+
+    @property
     def nsys_version(self) -> str:
         """The exporting nsys version as the export states it, or ``"unknown"``."""
         return self.meta.get("EXPORT_PRODUCT_VERSION", "unknown")

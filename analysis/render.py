@@ -17,6 +17,7 @@ def _ms(ns: float | None) -> str:
 def phase_rich_table(analysis: Analysis, *, max_rows: int = 60) -> Table:
     """Per step and phase: wall time, GPU busy share and where GPU time went."""
     n_devices = analysis.summary.get("n_devices", 0)
+    has_energy = analysis.phases["energy_j"].null_count() < analysis.phases.height
     table = Table(
         title=f"Phases per step ({analysis.summary.get('n_steps', 0)} steps, {n_devices} GPU(s))",
         caption="window: driver-side phase, GPU work of all devices inside it; "
@@ -36,6 +37,7 @@ def phase_rich_table(analysis: Analysis, *, max_rows: int = 60) -> Table:
         ("memcpy ms", "right"),
         ("memcpy MB", "right"),
         ("kernels", "right"),
+        *([("energy J", "right"), ("avg W", "right")] if has_energy else []),
     ]:
         table.add_column(name, justify=justify, no_wrap=name == "phase")  # type: ignore[arg-type]
     rows = analysis.phases.with_columns(
@@ -58,9 +60,18 @@ def phase_rich_table(analysis: Analysis, *, max_rows: int = 60) -> Table:
             _ms(row["memcpy_ns"]),
             f"{row['memcpy_bytes'] / 1e6:,.1f}",
             str(row["n_kernels"]),
+            *(
+                [
+                    "" if row["energy_j"] is None else f"{row['energy_j']:,.3f}",
+                    "" if row["avg_power_w"] is None else f"{row['avg_power_w']:,.0f}",
+                ]
+                if has_energy
+                else []
+            ),
         )
     if rows.height > max_rows:
-        table.add_row("…", "", Text(f"{rows.height - max_rows} more rows in phases.csv"), *[""] * 9)
+        more = Text(f"{rows.height - max_rows} more rows in phases.csv")
+        table.add_row("…", "", more, *[""] * (len(table.columns) - 3))
     return table
 
 
@@ -78,5 +89,10 @@ def print_report(analysis: Analysis, console: Console, *, max_rows: int = 60) ->
         )
     else:
         console.print("No GPU activity in these traces (CPU-only capture): wall times only.")
+    if s.get("total_energy_j") is not None:
+        console.print(
+            f"GPU energy {s['total_energy_j']:,.3f} J ({s['power_source']}): "
+            f"{s['attributed_energy_j']:,.3f} J in phases + {s['unattributed_energy_j']:,.3f} J unattributed"
+        )
     for warning in analysis.warnings:
         console.print(Text("warning: " + warning, style="yellow"))

@@ -44,6 +44,16 @@ GRPO_PHASES: tuple[tuple[str, str | None, float], ...] = (
     ("update_actor", "update_actor", 16.0),
     ("update_weights", "update_weights", 4.0),
 )
+#: Extra power (W) a rank draws while its worker range of that phase runs (on top of idle).
+PHASE_POWER_W = {
+    "generate_sequences": 310.0,
+    "compute_log_prob": 230.0,
+    "compute_ref_log_prob": 210.0,
+    "update_actor": 380.0,
+    "update_weights": 160.0,
+    "compute_rm_score": 280.0,
+}
+CLOCK_MARK = "nvtx_phases.power_clock"
 PHASE_GAP_NS = 200 * US
 STEP_GAP_NS = 2 * MS
 FIRST_STEP_NS = 5 * MS
@@ -98,6 +108,18 @@ class SynthConfig:
     warmup_kernels: int = 4
     #: Rank r's generation lasts (1 - skew * r / ranks) of the longest.
     length_skew: float = 0.35
+    #: Write NVML-style power samples (and clock marks in the driver) with known energy.
+    power: bool = True
+    power_interval_ns: int = 100 * US
+    idle_power_w: float = 90.0
+    #: The sampler's monotonic clock minus the trace clock; recovered from the clock marks.
+    power_mono_offset_ns: int = 987_654_321_000
+    #: The sampler host's wall clock minus the trace's (an NTP error the marks make irrelevant).
+    power_wall_skew_ns: int = 2_500_000
+    clock_mark_every_ns: int = 20 * MS
+    #: Score rewards with a learned reward model on the GPUs (``compute_rm_score`` in
+    #: ``reward``) instead of a rule function on the CPU.
+    reward_model: bool = False
 
 
 @dataclass
@@ -307,6 +329,80 @@ class _Builder:
             worker_range=idx,
         )
 
+    @property
+    def duration(self) -> int:
+        return max(max(self.ops.end), max(r.end for r in self.driver)) + 1 * MS
+
+    def power_at(self, device: int, t: np.ndarray) -> np.ndarray:
+        """True power (W) of ``device`` at instants ``t``: idle + level of its running phase."""
+        power = np.full(t.shape, self.cfg.idle_power_w)
+        for r in self.workers:
+            if r.pid == WORKER_PID0 + device:
+                power += np.where((t >= r.start) & (t < r.end), PHASE_POWER_W.get(r.name, 0.0), 0.0)
+        return power
+
+    def energy_j(self, device: int, start: int, end: int) -> float:
+        """Exact integral of :meth:`power_at` over [start, end] (J)."""
+        total = self.cfg.idle_power_w * (end - start)
+        for r in self.workers:
+            if r.pid == WORKER_PID0 + device:
+                overlap = max(0, min(end, r.end) - max(start, r.start))
+                total += PHASE_POWER_W.get(r.name, 0.0) * overlap
+        return total / 1e9
+
+    def sample_times(self) -> np.ndarray:
+        return np.arange(0, self.duration + 1, self.cfg.power_interval_ns, dtype=np.int64)
+
+    def clock_marks(self) -> list[tuple[int, int, int]]:
+        """(trace ns, sampler mono ns, sampler wall ns) of each clock mark."""
+        cfg = self.cfg
+        times = [*range(0, self.duration, cfg.clock_mark_every_ns), self.duration]
+        return [
+            (t, t + cfg.power_mono_offset_ns, BASE_UTC_NS + t + cfg.power_wall_skew_ns)
+            for t in times
+        ]
+
+    def power_samples(self) -> dict[str, list]:
+        """NVML-sampler layout: per device and instant, power and an exact energy counter (mJ)."""
+        cfg = self.cfg
+        t = self.sample_times()
+        names = (
+            "host",
+            "pid",
+            "device",
+            "wall_ns",
+            "mono_ns",
+            "power_w",
+            "energy_mj",
+            "sm_clock_mhz",
+            "gpu_util_pct",
+            "mem_util_pct",
+        )
+        columns: dict[str, list] = {c: [] for c in names}
+        for device in range(cfg.ranks):
+            power = self.power_at(device, t)
+            counter_mj = self.cumulative_energy_j(device, t) * 1000.0
+            n = len(t)
+            columns["host"] += ["synthetic"] * n
+            columns["pid"] += [DRIVER_PID] * n
+            columns["device"] += [device] * n
+            columns["wall_ns"] += (BASE_UTC_NS + t + cfg.power_wall_skew_ns).tolist()
+            columns["mono_ns"] += (t + cfg.power_mono_offset_ns).tolist()
+            columns["power_w"] += power.tolist()
+            columns["energy_mj"] += np.round(counter_mj).astype(np.int64).tolist()
+            columns["sm_clock_mhz"] += [1980] * n
+            columns["gpu_util_pct"] += np.where(power > cfg.idle_power_w, 100, 0).tolist()
+            columns["mem_util_pct"] += [0] * n
+        return columns
+
+    def cumulative_energy_j(self, device: int, t: np.ndarray) -> np.ndarray:
+        """Energy (J) from instant 0 to each of ``t`` (exact, vectorized over instants)."""
+        total = self.cfg.idle_power_w * t.astype(np.float64)
+        for r in self.workers:
+            if r.pid == WORKER_PID0 + device:
+                total += PHASE_POWER_W.get(r.name, 0.0) * np.clip(t - r.start, 0, r.end - r.start)
+        return total / 1e9
+
     def build(self) -> None:
         cfg = self.cfg
         for r in range(cfg.ranks):  # warm-up before the first step, outside every range
@@ -332,6 +428,8 @@ class _Builder:
                 p_end = p_start + int(length_ms * MS * self.rng.uniform(0.9, 1.1))
                 phases.append((phase, p_start, p_end))
                 next_start = p_end + PHASE_GAP_NS
+                if phase == "reward" and cfg.reward_model:
+                    worker = "compute_rm_score"
                 if worker is not None:
                     for r in range(cfg.ranks):
                         span = p_end - p_start - 300 * US
@@ -475,6 +573,29 @@ def _write_file(
         if DRIVER_PID in pids:
             g = _gtid(DRIVER_PID, DRIVER_PID)
             nvtx.append((0 - 0, None, 75, None, None, None, "verl", g, None, None, 1, None, None))
+            if b.cfg.power:  # the sampler ran in the driver process: its clock marks are here
+                nvtx.append(
+                    (0, None, 75, None, None, None, "nvtx_phases", g, None, None, 2, None, None)
+                )
+                for t, mono, wall in b.clock_marks():
+                    text = f"{CLOCK_MARK} mono_ns={mono} wall_ns={wall}"
+                    nvtx.append(
+                        (
+                            t - shift_ns,
+                            None,
+                            34,
+                            None,
+                            None,
+                            None,
+                            None,
+                            g,
+                            None,
+                            sid(text),
+                            2,
+                            None,
+                            None,
+                        )
+                    )
             for r in b.driver:  # registered strings (textId), domain "verl", step payload
                 nvtx.append(
                     (
@@ -680,6 +801,34 @@ def ground_truth(b: _Builder) -> dict:
         "driver_phases": driver,
         "worker_phases": workers,
         "kernels": kernels,
+        **(_energy_truth(b) if b.cfg.power else {}),
+    }
+
+
+def _energy_truth(b: _Builder) -> dict:
+    """Exact energy per driver range and device, and totals, from the power model."""
+    devices = range(b.cfg.ranks)
+    last = int(b.sample_times()[-1])
+    per_range = [
+        {
+            "step": r.step,
+            "path": r.path,
+            "energy_j": sum(b.energy_j(d, r.start, r.end) for d in devices),
+            "per_device_j": [b.energy_j(d, r.start, r.end) for d in devices],
+        }
+        for r in b.driver
+    ]
+    steps = [r for r in b.driver if r.name == "step"]
+    total = sum(b.energy_j(d, 0, last) for d in devices)
+    in_steps = sum(b.energy_j(d, r.start, r.end) for d in devices for r in steps)
+    return {
+        "energy": {
+            "idle_power_w": b.cfg.idle_power_w,
+            "total_energy_j": total,
+            "attributed_energy_j": in_steps,
+            "unattributed_energy_j": total - in_steps,
+            "driver_phases": per_range,
+        }
     }
 
 
@@ -695,7 +844,7 @@ def generate(
     b = _Builder(cfg)
     b.build()
     out = Path(out)
-    duration = max(max(b.ops.end), max(r.end for r in b.driver)) + 1 * MS
+    duration = b.duration
     pids = [DRIVER_PID] + [WORKER_PID0 + r for r in range(cfg.ranks)]
     written: list[Path] = []
     if cfg.split_files:
@@ -707,11 +856,19 @@ def generate(
             _write_file(path, b, [pid], shift, BASE_UTC_NS + shift, duration - shift)
             written.append(path)
         truth_path = out / "ground_truth.json"
+        power_path = out / "power_synthetic.parquet"
     else:
         out.parent.mkdir(parents=True, exist_ok=True)
         _write_file(out, b, pids, 0, BASE_UTC_NS, duration)
         written.append(out)
         truth_path = out.with_name(out.stem + ".ground_truth.json")
+        power_path = out.with_name(out.stem + ".power.parquet")
+    if cfg.power:
+        import polars as pl
+
+        small_ints = ("device", "sm_clock_mhz", "gpu_util_pct", "mem_util_pct")
+        frame = pl.DataFrame(b.power_samples()).cast({c: pl.Int32 for c in small_ints})
+        frame.write_parquet(power_path)
     if with_truth:
         truth = {"config": asdict(cfg), **ground_truth(b)}
         truth_path.write_text(json.dumps(truth, indent=1) + "\n")

@@ -48,6 +48,50 @@ def expand_trace_paths(paths: list[Path]) -> list[Path]:
     return expanded
 
 
+def _analyze_and_report(
+    files: list[Path],
+    out: Path,
+    *,
+    phase_map_path: Path | None = None,
+    all_ranges: bool = False,
+    power_files: list[Path] | None = None,
+    idle_power_w: float | None = None,
+    figures: bool = True,
+    max_rows: int = 60,
+    quiet: bool = False,
+) -> None:
+    """Analyze, write outputs (and figures), print the table; errors become exit 2."""
+    from analysis.errors import AnalysisError
+    from analysis.figures import write_figures
+    from analysis.output import write_outputs
+    from analysis.phase_map import default_phase_map, load_phase_map
+    from analysis.pipeline import analyze as run_analysis
+    from analysis.render import print_report
+
+    try:
+        pmap = load_phase_map(phase_map_path) if phase_map_path else default_phase_map()
+        if all_ranges:
+            pmap = pmap.with_all_ranges()
+        with console.status("analyzing…") as status:
+            result = run_analysis(
+                files,
+                phase_map=pmap,
+                power_files=power_files,
+                idle_power_w=idle_power_w,
+                progress=status.update,
+            )
+            status.update("writing outputs…")
+            written = write_outputs(result, out)
+            if figures:
+                status.update("drawing figures…")
+                written += write_figures(result, out / "figures")
+    except AnalysisError as exc:
+        raise _fail(str(exc)) from None
+    if not quiet:
+        print_report(result, console, max_rows=max_rows)
+    console.print(f"wrote {len(written)} files to {out}/")
+
+
 @app.command()
 def analyze(
     traces: Annotated[
@@ -64,39 +108,120 @@ def analyze(
     all_ranges: Annotated[
         bool, typer.Option("--all-ranges", help="Treat every NVTX range as a phase.")
     ] = False,
+    power: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--power",
+            help="NVML power samples (Parquet); default: <trace>.power.parquet and "
+            "power_*.parquet beside the traces.",
+        ),
+    ] = None,
+    no_power: Annotated[bool, typer.Option("--no-power", help="Ignore power samples.")] = False,
+    idle_power_w: Annotated[
+        float | None,
+        typer.Option(help="Idle power per GPU (W) for energy above idle; default: measured."),
+    ] = None,
     figures: Annotated[bool, typer.Option(help="Write figures under OUT/figures.")] = True,
     max_rows: Annotated[
         int, typer.Option(help="Rows of the printed table (all go to files).")
     ] = 60,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print no table.")] = False,
 ) -> None:
-    """Attribute GPU kernels, NCCL, memcpy and memset to NVTX phases, per step and per rank.
+    """Attribute GPU kernels, NCCL, memcpy, memset and energy to NVTX phases, per step and rank.
 
     Writes OUT/phases.parquet|csv, phase_devices.parquet, gpu_activity.parquet, kernels.csv,
-    steps.csv and summary.json, then prints the per-step phase table.
+    steps.csv and summary.json, then prints the per-step phase table. With power samples, the
+    phases also get energy_j, avg/peak power and energy above idle.
     """
+    _analyze_and_report(
+        expand_trace_paths(traces),
+        out,
+        phase_map_path=phase_map,
+        all_ranges=all_ranges,
+        power_files=[] if no_power else power,
+        idle_power_w=idle_power_w,
+        figures=figures,
+        max_rows=max_rows,
+        quiet=quiet,
+    )
+
+
+@app.command()
+def report(
+    inputs: Annotated[
+        list[Path],
+        typer.Argument(help="An analysis folder (from `analyze`), or the traces of one run."),
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the report.")] = Path(
+        "report"
+    ),
+    idle_power_w: Annotated[
+        float | None, typer.Option(help="Idle power per GPU (W); default: measured.")
+    ] = None,
+) -> None:
+    """Write report.html (self-contained) and report.md: metadata, phase table, figures, warnings."""
     from analysis.errors import AnalysisError
     from analysis.figures import write_figures
-    from analysis.output import write_outputs
-    from analysis.phase_map import default_phase_map, load_phase_map
+    from analysis.output import load_analysis, write_outputs
     from analysis.pipeline import analyze as run_analysis
-    from analysis.render import print_report
+    from analysis.report import write_report
 
     try:
-        pmap = load_phase_map(phase_map) if phase_map else default_phase_map()
-        if all_ranges:
-            pmap = pmap.with_all_ranges()
-        files = expand_trace_paths(traces)
-        with console.status("analyzing…") as status:
-            result = run_analysis(files, phase_map=pmap, progress=status.update)
-            status.update("writing outputs…")
-            written = write_outputs(result, out)
-            if figures:
-                written += write_figures(result.phases, out / "figures")
+        if len(inputs) == 1 and (inputs[0] / "phases.parquet").exists():
+            result = load_analysis(inputs[0])
+        else:
+            with console.status("analyzing…") as status:
+                result = run_analysis(
+                    expand_trace_paths(inputs), idle_power_w=idle_power_w, progress=status.update
+                )
+                write_outputs(result, out)
+        figures = write_figures(result, out / "figures")
+        written = write_report(result, out, figures)
     except AnalysisError as exc:
         raise _fail(str(exc)) from None
-    if not quiet:
-        print_report(result, console, max_rows=max_rows)
+    for path in written:
+        console.print(f"wrote {path}")
+
+
+@app.command()
+def compare(
+    runs: Annotated[
+        list[Path],
+        typer.Argument(help="Runs: analysis folders, trace files, or folders of one run's traces."),
+    ],
+    label: Annotated[
+        list[str] | None, typer.Option("--label", "-l", help="One label per run (default: names).")
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the comparison.")] = Path(
+        "compare"
+    ),
+) -> None:
+    """Compare runs per phase: time, energy, power, data movement (median, p10–p90, differences)."""
+    from analysis.compare import write_comparison
+    from analysis.errors import AnalysisError
+    from analysis.output import load_analysis
+    from analysis.pipeline import analyze as run_analysis
+
+    if len(runs) < 2:
+        raise _fail("compare needs at least two runs")
+    labels = list(label or [])
+    if labels and len(labels) != len(runs):
+        raise _fail(f"{len(labels)} label(s) for {len(runs)} runs")
+    labels = labels or [r.stem if r.is_file() else r.name for r in runs]
+    if len(set(labels)) != len(labels):
+        raise _fail(f"run labels must differ: {', '.join(labels)} (use --label)")
+    try:
+        analyses = {}
+        for name, run in zip(labels, runs, strict=True):
+            if run.is_dir() and (run / "phases.parquet").exists():
+                analyses[name] = load_analysis(run)
+            else:
+                with console.status(f"analyzing {name}…"):
+                    analyses[name] = run_analysis(expand_trace_paths([run]))
+        written = write_comparison(analyses, out)
+    except AnalysisError as exc:
+        raise _fail(str(exc)) from None
+    console.print((out / "compare.md").read_text(encoding="utf-8"), markup=False, highlight=False)
     console.print(f"wrote {len(written)} files to {out}/")
 
 
@@ -173,15 +298,7 @@ def profile(
     if result.exit_code:
         err_console.print(f"the workload exited with status {result.exit_code}; reports kept")
     if analyze_after:
-        analyze(
-            list(result.exports),
-            out=out / "analysis",
-            phase_map=None,
-            all_ranges=False,
-            figures=True,
-            max_rows=max_rows,
-            quiet=False,
-        )
+        _analyze_and_report(list(result.exports), out / "analysis", max_rows=max_rows)
     if result.exit_code:
         raise typer.Exit(result.exit_code)
 
@@ -208,6 +325,10 @@ def synth(
     ranks: Annotated[int, typer.Option(min=1, help="Worker ranks (one GPU each).")] = 2,
     kernels: Annotated[int, typer.Option(min=2, help="Compute kernels per worker phase.")] = 40,
     seed: Annotated[int, typer.Option(help="Random seed (the run is deterministic).")] = 7,
+    reward_model: Annotated[
+        bool, typer.Option(help="Score with a reward model on the GPUs (else a CPU rule function).")
+    ] = False,
+    power: Annotated[bool, typer.Option(help="Also write NVML-style power samples.")] = True,
     split: Annotated[
         bool, typer.Option(help="One export per process, with staggered session starts.")
     ] = False,
@@ -217,7 +338,13 @@ def synth(
     from analysis.synth import SynthConfig, generate
 
     cfg = SynthConfig(
-        steps=steps, ranks=ranks, kernels_per_phase=kernels, seed=seed, split_files=split
+        steps=steps,
+        ranks=ranks,
+        kernels_per_phase=kernels,
+        seed=seed,
+        split_files=split,
+        reward_model=reward_model,
+        power=power,
     )
     for path in generate(out, cfg, with_truth=truth):
         console.print(f"wrote {path}")

@@ -1,0 +1,62 @@
+"""Per-step phase metrics and their spread over steps, shared by the report and run comparison.
+
+Within a step, a phase marked by several processes lasts as long as its slowest process
+(wall = max) and uses the time, bytes and energy of all (sums).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+#: metric column → (label, unit)
+METRICS: dict[str, tuple[str, str]] = {
+    "wall_ms": ("wall time", "ms"),
+    "gpu_busy_pct": ("GPU busy", "%"),
+    "nccl_ms": ("NCCL kernel time", "ms"),
+    "memcpy_ms": ("memcpy time", "ms"),
+    "memcpy_mb": ("memcpy volume", "MB"),
+    "energy_j": ("energy", "J"),
+    "avg_power_w": ("average power", "W"),
+    "energy_above_idle_j": ("energy above idle", "J"),
+}
+
+
+def step_phase_metrics(phases: pl.DataFrame) -> pl.DataFrame:
+    """One row per (step, path, attribution) with every metric of :data:`METRICS`."""
+    with_energy = pl.col("energy_j").is_not_null().any()
+    return (
+        phases.filter(pl.col("step").is_not_null())
+        .sort("step", "path", "attribution", "trace", "pid")  # float sums in a fixed order
+        .group_by("step", "path", "attribution")
+        .agg(
+            (pl.col("wall_ns").max() / 1e6).alias("wall_ms"),
+            (
+                pl.col("gpu_busy_ns").sum() / (pl.col("wall_ns") * pl.col("n_devices")).sum() * 100
+            ).alias("gpu_busy_pct"),
+            (pl.col("nccl_ns").sum() / 1e6).alias("nccl_ms"),
+            (pl.col("memcpy_ns").sum() / 1e6).alias("memcpy_ms"),
+            (pl.col("memcpy_bytes").sum() / 1e6).alias("memcpy_mb"),
+            pl.when(with_energy).then(pl.col("energy_j").sum()).alias("energy_j"),
+            pl.when(pl.col("energy_above_idle_j").is_not_null().any())
+            .then(pl.col("energy_above_idle_j").sum())
+            .alias("energy_above_idle_j"),
+            pl.col("start_ns").min(),
+        )
+        .with_columns((pl.col("energy_j") / (pl.col("wall_ms") / 1e3)).alias("avg_power_w"))
+        .with_columns(pl.col("gpu_busy_pct").fill_nan(None))
+        .sort("step", "start_ns")
+    )
+
+
+def over_steps(per_step: pl.DataFrame) -> pl.DataFrame:
+    """Per (path, attribution): step count, and median, p10, p90 of each metric."""
+    aggs = [pl.len().cast(pl.Int64).alias("n_steps"), pl.col("start_ns").min()]
+    for metric in METRICS:
+        aggs += [
+            pl.col(metric).median().alias(metric),
+            pl.col(metric).quantile(0.1, "linear").alias(f"{metric}_p10"),
+            pl.col(metric).quantile(0.9, "linear").alias(f"{metric}_p90"),
+        ]
+    return (
+        per_step.group_by("path", "attribution").agg(aggs).sort("start_ns", "path").drop("start_ns")
+    )
