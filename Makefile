@@ -22,12 +22,12 @@ $(BASE): pyproject.toml
 	touch $@
 
 $(DEV): $(BASE)
-	$(PIP) -e '.[dev,power]'
+	$(PIP) -e '.[dev,power,fit]'
 	touch $@
 
 $(TEST): $(DEV)
 	$(PIP) '$(TORCH)'
-	$(PIP) -e '.[dev,verl,power]'
+	$(PIP) -e '.[dev,verl,power,fit]'
 	touch $@
 
 venv: $(TEST)
@@ -36,7 +36,9 @@ venv: $(TEST)
 ##       phase tables, figures, report.html, and a reward-model vs rule-reward comparison
 demo: $(BASE)
 	$(BIN)/nvtx-phases analyze traces_sample/grpo_synthetic.sqlite --out $(OUT)/demo --max-rows 40
-	$(BIN)/nvtx-phases report $(OUT)/demo --out $(OUT)/demo
+	$(BIN)/nvtx-phases report $(OUT)/demo --lengths traces_sample/grpo_synthetic_lengths --cap 4096 --out $(OUT)/demo
+	$(BIN)/nvtx-phases lengths analyze traces_sample/grpo_synthetic_lengths --run $(OUT)/demo --cap 4096 \
+		--no-fit --out $(OUT)/demo/lengths
 	$(BIN)/nvtx-phases analyze traces_sample/grpo_synthetic_split --out $(OUT)/demo_split --quiet
 	$(BIN)/nvtx-phases analyze traces_sample/cpu_rl_step_nsys2022.4.sqlite --out $(OUT)/demo_cpu --max-rows 16
 	$(BIN)/nvtx-phases compare traces_sample/grpo_synthetic.sqlite traces_sample/grpo_synthetic_rm.sqlite \
@@ -45,7 +47,11 @@ demo: $(BASE)
 
 ## figures: regenerate every figure (and report) from the sample traces
 figures: $(BASE)
-	$(BIN)/nvtx-phases report traces_sample/grpo_synthetic.sqlite --out $(OUT)/figures/grpo_synthetic
+	$(BIN)/nvtx-phases report traces_sample/grpo_synthetic.sqlite --cap 4096 --out $(OUT)/figures/grpo_synthetic
+	$(BIN)/nvtx-phases lengths analyze traces_sample/grpo_synthetic_lengths \
+		--run traces_sample/grpo_synthetic.sqlite --cap 4096 --no-fit --out $(OUT)/figures/grpo_synthetic_lengths
+	$(BIN)/nvtx-phases lengths analyze ../shared/polytrace/verl-video --cap 16000 --no-fit \
+		--out $(OUT)/figures/polytrace_verl_video || echo "(../shared/polytrace not here: skipped)"
 	$(BIN)/nvtx-phases report traces_sample/grpo_synthetic_rm.sqlite --out $(OUT)/figures/grpo_synthetic_rm
 	$(BIN)/nvtx-phases report traces_sample/cpu_rl_step_nsys2022.4.sqlite --out $(OUT)/figures/cpu_rl_step
 	$(BIN)/nvtx-phases compare traces_sample/grpo_synthetic.sqlite traces_sample/grpo_synthetic_rm.sqlite \
@@ -71,9 +77,9 @@ format: $(DEV)
 ## samples: regenerate the synthetic sample traces (deterministic)
 samples: $(BASE)
 	$(BIN)/nvtx-phases synth traces_sample/grpo_synthetic.sqlite
-	$(BIN)/nvtx-phases synth traces_sample/grpo_synthetic_rm.sqlite --reward-model
+	$(BIN)/nvtx-phases synth traces_sample/grpo_synthetic_rm.sqlite --reward-model --no-lengths
 	rm -rf traces_sample/grpo_synthetic_split
-	$(BIN)/nvtx-phases synth traces_sample/grpo_synthetic_split --split
+	$(BIN)/nvtx-phases synth traces_sample/grpo_synthetic_split --split --no-lengths
 
 ## bench: reader comparison (issue: scale benchmarks extend this)
 bench: $(DEV)

@@ -60,7 +60,7 @@ def write_outputs(analysis: Analysis, out: str | Path) -> list[Path]:
 
 
 def load_analysis(folder: str | Path) -> Analysis:
-    """Read back what :func:`write_outputs` wrote (GPU activity is left out: it can be large)."""
+    """Read back what :func:`write_outputs` wrote (of GPU activity, only pid, device, dur_ns)."""
     folder = Path(folder)
     required = (
         "phases.parquet",
@@ -79,7 +79,12 @@ def load_analysis(folder: str | Path) -> Analysis:
     return Analysis(
         phases=pl.read_parquet(folder / "phases.parquet"),
         phase_devices=pl.read_parquet(folder / "phase_devices.parquet"),
-        gpu_activity=pl.DataFrame(),
+        # only what per-rank questions need: the full table can be millions of rows
+        gpu_activity=pl.read_parquet(
+            folder / "gpu_activity.parquet", columns=["pid", "device", "dur_ns"]
+        )
+        if (folder / "gpu_activity.parquet").exists()
+        else pl.DataFrame(),
         kernels=pl.read_csv(folder / "kernels.csv"),
         steps=pl.read_csv(folder / "steps.csv"),
         summary=json.loads((folder / "summary.json").read_text(encoding="utf-8")),

@@ -83,7 +83,18 @@ def _metadata(analysis: Analysis) -> list[tuple[str, str]]:
     ]
 
 
-def to_markdown(analysis: Analysis, figures: list[Path], out: Path) -> str:
+Section = tuple[str, pl.DataFrame]
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return "" if value != value else f"{value:,.4g}"
+    return "" if value is None else str(value)
+
+
+def to_markdown(
+    analysis: Analysis, figures: list[Path], out: Path, sections: list[Section] | None = None
+) -> str:
     """The report as Markdown (figures linked relative to ``out``)."""
 
     def md(text: str) -> str:
@@ -97,6 +108,10 @@ def to_markdown(analysis: Analysis, figures: list[Path], out: Path) -> str:
     lines.append("|" + "---|" * len(SUMMARY_COLUMNS))
     for row in table.iter_rows(named=True):
         lines.append("| " + " | ".join(md(_cell(row[c], f)) for c, _, f in SUMMARY_COLUMNS) + " |")
+    for title, frame in sections or []:
+        lines += ["", f"## {md(title)}", "", "| " + " | ".join(md(c) for c in frame.columns) + " |"]
+        lines.append("|" + "---|" * len(frame.columns))
+        lines += ["| " + " | ".join(md(_fmt(v)) for v in row) + " |" for row in frame.iter_rows()]
     lines += ["", "## Figures", ""]
     lines += [
         f"![{p.stem}]({p.relative_to(out).as_posix()})" for p in figures if p.suffix == ".png"
@@ -106,7 +121,7 @@ def to_markdown(analysis: Analysis, figures: list[Path], out: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_html(analysis: Analysis, figures: list[Path]) -> str:
+def to_html(analysis: Analysis, figures: list[Path], sections: list[Section] | None = None) -> str:
     """The report as one self-contained HTML page (figures embedded)."""
     e = html.escape
     meta = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in _metadata(analysis))
@@ -123,6 +138,17 @@ def to_html(analysis: Analysis, figures: list[Path]) -> str:
         if p.suffix == ".png"
     )
     warnings = "".join(f"<li>{e(w)}</li>" for w in analysis.warnings)
+    extra = "".join(
+        f"<h2>{e(title)}</h2><table><tr>"
+        + "".join(f"<th>{e(c)}</th>" for c in frame.columns)
+        + "</tr>"
+        + "".join(
+            "<tr>" + "".join(f"<td>{e(_fmt(v))}</td>" for v in row) + "</tr>"
+            for row in frame.iter_rows()
+        )
+        + "</table>"
+        for title, frame in sections or []
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>nvtx-phases report</title>
 <style>
@@ -137,17 +163,20 @@ figure {{ display: inline-block; margin: 0.5rem; }} img {{ max-width: 720px; }}
 <table>{meta}</table>
 <h2>Phases (median and p10–p90 over steps)</h2>
 <table><tr>{head}</tr>{body}</table>
+{extra}
 <h2>Figures</h2>{images}
 <h2>Warnings</h2><ul class="warnings">{warnings or "<li>none</li>"}</ul>
 </body></html>
 """
 
 
-def write_report(analysis: Analysis, out: str | Path, figures: list[Path]) -> list[Path]:
-    """Write ``report.html`` and ``report.md`` under ``out``."""
+def write_report(
+    analysis: Analysis, out: str | Path, figures: list[Path], sections: list[Section] | None = None
+) -> list[Path]:
+    """Write ``report.html`` and ``report.md`` under ``out`` (``sections``: extra tables)."""
     out = Path(out)
-    text_md = to_markdown(analysis, figures, out)
-    text_html = to_html(analysis, figures)
+    text_md = to_markdown(analysis, figures, out, sections)
+    text_html = to_html(analysis, figures, sections)
     return [
         atomic_write(out / "report.html", lambda p: p.write_text(text_html, encoding="utf-8")),
         atomic_write(out / "report.md", lambda p: p.write_text(text_md, encoding="utf-8")),

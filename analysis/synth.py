@@ -117,6 +117,10 @@ class SynthConfig:
     #: The sampler host's wall clock minus the trace's (an NTP error the marks make irrelevant).
     power_wall_skew_ns: int = 2_500_000
     clock_mark_every_ns: int = 20 * MS
+    #: Write PolyTrace-layout response lengths (``<stem>_lengths/``), rank 0 longest like its
+    #: generation time; ``length_cap`` is the rollout's max response length.
+    lengths: bool = True
+    length_cap: int = 4096
     #: Score rewards with a learned reward model on the GPUs (``compute_rm_score`` in
     #: ``reward``) instead of a rule function on the CPU.
     reward_model: bool = False
@@ -768,6 +772,8 @@ def ground_truth(b: _Builder) -> dict:
             "step": r.step,
             "phase": r.name,
             "path": r.path,
+            "start_ns": r.start,
+            "end_ns": r.end,
             "wall_ns": r.end - r.start,
             **metrics(r.start, r.end, wr == i, clip=False),
         }
@@ -803,6 +809,43 @@ def ground_truth(b: _Builder) -> dict:
         "kernels": kernels,
         **(_energy_truth(b) if b.cfg.power else {}),
     }
+
+
+def write_lengths(
+    cfg: SynthConfig, folder: Path, *, prompts: int = 8, n_sampling: int = 4
+) -> list[Path]:
+    """Write ``packed_lengths_step_{S}.jsonl`` per step in PolyTrace's layout.
+
+    Per rank, lognormal response lengths whose scale follows the rank's generation time (rank 0
+    longest), capped at ``cfg.length_cap``.
+    """
+    rng = np.random.default_rng(cfg.seed + 1000)  # its own stream: the trace stays as it was
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for step in range(1, cfg.steps + 1):
+        lines = []
+        for rank in range(cfg.ranks):
+            scale = 600.0 * (1 - cfg.length_skew * rank / cfg.ranks)
+            for index in range(prompts):
+                outputs = np.minimum(
+                    np.rint(rng.lognormal(np.log(scale), 0.6, n_sampling)), cfg.length_cap
+                )
+                row = {
+                    "step": step,
+                    "rank": rank,
+                    "dp_rank": rank,
+                    "tp_rank": 0,
+                    "local_index": index,
+                    "input": int(rng.integers(200, 800)),
+                    "output": [int(max(o, 1)) for o in outputs],
+                    "n_sampling": n_sampling,
+                    "validate": False,
+                }
+                lines.append(json.dumps(row))
+        path = folder / f"packed_lengths_step_{step}.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+        written.append(path)
+    return written
 
 
 def _energy_truth(b: _Builder) -> dict:
@@ -857,12 +900,16 @@ def generate(
             written.append(path)
         truth_path = out / "ground_truth.json"
         power_path = out / "power_synthetic.parquet"
+        lengths_dir = out / "lengths"
     else:
         out.parent.mkdir(parents=True, exist_ok=True)
         _write_file(out, b, pids, 0, BASE_UTC_NS, duration)
         written.append(out)
         truth_path = out.with_name(out.stem + ".ground_truth.json")
         power_path = out.with_name(out.stem + ".power.parquet")
+        lengths_dir = out.with_name(out.stem + "_lengths")
+    if cfg.lengths:
+        write_lengths(cfg, lengths_dir)
     if cfg.power:
         import polars as pl
 

@@ -158,8 +158,19 @@ def report(
     idle_power_w: Annotated[
         float | None, typer.Option(help="Idle power per GPU (W); default: measured.")
     ] = None,
+    lengths: Annotated[
+        Path | None,
+        typer.Option(
+            help="Response-length records (PolyTrace layout); default: <trace>_lengths/ or "
+            "lengths/ beside the inputs."
+        ),
+    ] = None,
+    cap: Annotated[int | None, typer.Option(help="Max response length (fraction at cap).")] = None,
 ) -> None:
-    """Write report.html (self-contained) and report.md: metadata, phase table, figures, warnings."""
+    """Write report.html (self-contained) and report.md: metadata, phase table, figures, warnings.
+
+    With response-length records, also length statistics per step and rollout stragglers.
+    """
     from analysis.errors import AnalysisError
     from analysis.figures import write_figures
     from analysis.output import load_analysis, write_outputs
@@ -176,7 +187,22 @@ def report(
                 )
                 write_outputs(result, out)
         figures = write_figures(result, out / "figures")
-        written = write_report(result, out, figures)
+        sections = []
+        length_dir = lengths or _find_lengths(inputs)
+        if length_dir is not None:
+            from analysis.length_figures import length_cdf, length_heatmap, straggler_timeline
+            from analysis.lengths import length_stats, read_packed_lengths
+            from analysis.stragglers import generation_tails
+
+            responses = read_packed_lengths([length_dir])
+            stats = length_stats(responses, cap=cap)
+            tails = generation_tails(result, stats)
+            sections = [("Response lengths per step", stats), ("Rollout stragglers", tails)]
+            figures += length_cdf(responses, out / "figures") + length_heatmap(
+                responses, out / "figures"
+            )
+            figures += straggler_timeline(tails, out / "figures")
+        written = write_report(result, out, figures, sections)
     except AnalysisError as exc:
         raise _fail(str(exc)) from None
     for path in written:
@@ -223,6 +249,19 @@ def compare(
         raise _fail(str(exc)) from None
     console.print((out / "compare.md").read_text(encoding="utf-8"), markup=False, highlight=False)
     console.print(f"wrote {len(written)} files to {out}/")
+
+
+def _find_lengths(inputs: list[Path]) -> Path | None:
+    """A folder of packed_lengths files beside the inputs, if there is one."""
+    for path in inputs:
+        for candidate in (
+            path.with_name(path.stem + "_lengths"),
+            path / "lengths",
+            path.parent / "lengths",
+        ):
+            if candidate.is_dir() and any(candidate.glob("packed_lengths_step_*.jsonl")):
+                return candidate
+    return None
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
@@ -329,6 +368,9 @@ def synth(
         bool, typer.Option(help="Score with a reward model on the GPUs (else a CPU rule function).")
     ] = False,
     power: Annotated[bool, typer.Option(help="Also write NVML-style power samples.")] = True,
+    lengths: Annotated[
+        bool, typer.Option(help="Also write response-length records (PolyTrace layout).")
+    ] = True,
     split: Annotated[
         bool, typer.Option(help="One export per process, with staggered session starts.")
     ] = False,
@@ -345,9 +387,214 @@ def synth(
         split_files=split,
         reward_model=reward_model,
         power=power,
+        lengths=lengths,
     )
     for path in generate(out, cfg, with_truth=truth):
         console.print(f"wrote {path}")
+
+
+lengths_app = typer.Typer(
+    help="Response lengths (PolyTrace layout): statistics, stragglers, fits, synthetic traces.",
+    no_args_is_help=True,
+)
+app.add_typer(lengths_app, name="lengths")
+
+
+def _load_run(run: Path):
+    from analysis.output import load_analysis
+    from analysis.pipeline import analyze as run_analysis
+
+    if run.is_dir() and (run / "phases.parquet").exists():
+        return load_analysis(run)
+    with console.status(f"analyzing {run}…"):
+        return run_analysis(expand_trace_paths([run]))
+
+
+@lengths_app.command("analyze")
+def lengths_analyze(
+    paths: Annotated[
+        list[Path], typer.Argument(help="packed_lengths_step_*.jsonl files or folders of them.")
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for tables and figures.")] = Path(
+        "lengths"
+    ),
+    cap: Annotated[
+        int | None, typer.Option(help="Max response length of the rollout (fraction at cap).")
+    ] = None,
+    run: Annotated[
+        Path | None,
+        typer.Option(help="The run's analysis folder or traces: adds stragglers and imbalance."),
+    ] = None,
+    fit: Annotated[
+        bool, typer.Option(help="Also fit distributions (needs nvtx-phases[fit]).")
+    ] = True,
+    task: Annotated[str, typer.Option(help="Task name for the fitted parameters.")] = "task",
+) -> None:
+    """Length statistics per step, drift, rank imbalance, figures; stragglers with --run."""
+    import json
+
+    from analysis.errors import AnalysisError
+    from analysis.length_figures import length_cdf, length_heatmap, straggler_timeline
+    from analysis.lengths import (
+        drift,
+        length_stats,
+        rank_imbalance,
+        read_packed_lengths,
+        read_reward_timings,
+    )
+    from analysis.output import atomic_write
+    from analysis.stragglers import generation_tails, phase_imbalance
+
+    try:
+        responses = read_packed_lengths(paths)
+        rewards = read_reward_timings(paths)
+        stats = length_stats(responses, cap=cap)
+        written = [
+            atomic_write(out / "length_stats.csv", stats.write_csv),
+            atomic_write(out / "length_drift.csv", drift(stats).write_csv),
+            atomic_write(out / "rank_imbalance.csv", rank_imbalance(responses, rewards).write_csv),
+            *length_cdf(responses, out / "figures"),
+            *length_heatmap(responses, out / "figures"),
+        ]
+        if run is not None:
+            analysis = _load_run(run)
+            tails = generation_tails(analysis, stats)
+            written += [
+                atomic_write(out / "stragglers.csv", tails.write_csv),
+                atomic_write(out / "phase_imbalance.csv", phase_imbalance(analysis).write_csv),
+                *straggler_timeline(tails, out / "figures"),
+            ]
+        if fit:
+            from analysis.length_fit import fit_task, parameter_file
+
+            params = parameter_file(
+                {task: fit_task(responses, task)}, source=", ".join(map(str, paths))
+            )
+            written.append(
+                atomic_write(
+                    out / "fits.json", lambda p: p.write_text(json.dumps(params, indent=2))
+                )
+            )
+    except AnalysisError as exc:
+        raise _fail(str(exc)) from None
+    from rich.table import Table
+
+    table = Table(title=f"Response lengths per step ({responses.height:,} responses)")
+    for column in ("step", "n", "mean", "p50", "p90", "p99", "max", "max/mean", "CV", "at cap"):
+        table.add_column(column, justify="right")
+    for row in stats.iter_rows(named=True):
+        table.add_row(
+            str(row["step"]),
+            f"{row['n_responses']:,}",
+            f"{row['mean']:,.1f}",
+            f"{row['p50']:,.0f}",
+            f"{row['p90']:,.0f}",
+            f"{row['p99']:,.0f}",
+            f"{row['max']:,}",
+            f"{row['max_over_mean']:.1f}",
+            f"{row['cv']:.2f}",
+            "" if row["frac_at_cap"] is None else f"{row['frac_at_cap']:.1%}",
+        )
+    console.print(table)
+    console.print(f"wrote {len(written)} files to {out}/")
+
+
+@lengths_app.command("fit")
+def lengths_fit(
+    paths: Annotated[list[Path], typer.Argument(help="packed_lengths files or folders, one task.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Parameter file (JSON).")] = Path(
+        "length_params.json"
+    ),
+    task: Annotated[str, typer.Option(help="Task name.")] = "task",
+) -> None:
+    """Fit lognormal marginals and a joint Gaussian mixture (PolyTrace parameter layout)."""
+    import json
+
+    from analysis.errors import AnalysisError
+    from analysis.length_fit import fit_task, parameter_file
+    from analysis.lengths import read_packed_lengths
+
+    try:
+        params = parameter_file(
+            {task: fit_task(read_packed_lengths(paths), task)}, ", ".join(map(str, paths))
+        )
+    except AnalysisError as exc:
+        raise _fail(str(exc)) from None
+    out.write_text(json.dumps(params, indent=2) + "\n", encoding="utf-8")
+    fitted = params[f"{task}_task"]
+    console.print(
+        f"{task}: output lognorm KS={fitted['output_distribution']['ks_statistic']:.3f}, "
+        f"mixture of {fitted['joint_distribution']['n_components']} → {out}"
+    )
+
+
+@lengths_app.command("sample")
+def lengths_sample(
+    params: Annotated[Path, typer.Argument(help="Parameter file from `lengths fit`.")],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Folder for packed_lengths files.")
+    ] = Path("sampled_lengths"),
+    task: Annotated[str | None, typer.Option(help="Task to sample (default: the first).")] = None,
+    steps: Annotated[int, typer.Option(min=1)] = 10,
+    prompts: Annotated[int, typer.Option(min=1, help="Prompts per step.")] = 64,
+    n_sampling: Annotated[int, typer.Option(min=1, help="Responses per prompt.")] = 8,
+    dp_size: Annotated[int, typer.Option(min=1, help="DP ranks to spread prompts over.")] = 1,
+    cap: Annotated[int | None, typer.Option(help="Max response length.")] = None,
+    seed: Annotated[int, typer.Option()] = 0,
+) -> None:
+    """Write synthetic packed_lengths_step_{S}.jsonl files sampled from fitted parameters."""
+    import json
+
+    from analysis.length_fit import write_sampled_steps
+
+    data = json.loads(params.read_text(encoding="utf-8"))
+    tasks = {
+        k.removesuffix("_task"): v
+        for k, v in data.items()
+        if k.endswith("_task") and "gmm_parameters" in v
+    }
+    if not tasks:
+        raise _fail(f"{params}: no task with gmm_parameters")
+    name = task or next(iter(tasks))
+    if name not in tasks:
+        raise _fail(f"{params}: no task '{name}' (has {', '.join(tasks)})")
+    written = write_sampled_steps(
+        tasks[name],
+        out,
+        steps=steps,
+        prompts=prompts,
+        n_sampling=n_sampling,
+        dp_size=dp_size,
+        seed=seed,
+        cap=cap,
+    )
+    console.print(f"wrote {len(written)} step files to {out}/")
+
+
+@app.command()
+def fidelity(
+    run: Annotated[Path, typer.Argument(help="The run's analysis folder or traces.")],
+    log: Annotated[Path, typer.Option("--log", help="VeRL console log or file-logger JSON lines.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the comparison.")] = Path(
+        "fidelity"
+    ),
+) -> None:
+    """Trace phase times vs VeRL's timing_s/* per step: error %, accuracy per stage and overall."""
+    import json
+
+    from analysis.errors import AnalysisError
+    from analysis.fidelity import compare_with_log, read_verl_log, to_markdown
+    from analysis.output import atomic_write
+
+    try:
+        per_step, summary = compare_with_log(_load_run(run), read_verl_log(log))
+    except AnalysisError as exc:
+        raise _fail(str(exc)) from None
+    text = to_markdown(summary)
+    atomic_write(out / "fidelity_steps.csv", per_step.write_csv)
+    atomic_write(out / "summary.json", lambda p: p.write_text(json.dumps(summary, indent=2) + "\n"))
+    atomic_write(out / "summary.md", lambda p: p.write_text(text))
+    console.print(text, markup=False, highlight=False)
 
 
 def main() -> None:

@@ -32,7 +32,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from nvtx_phases.marking import phase
+from nvtx_phases.lengths_record import record_lengths, settings_from_env
+from nvtx_phases.marking import current_step, phase
 
 TESTED_VERSIONS = ("0.9.1",)
 WRAPPED_MARK = "__nvtx_phases_original__"
@@ -193,11 +194,14 @@ def _trainer_timer(timing_only: Callable[..., Any]) -> Callable[..., Any]:
     return marked_timer
 
 
-def install(*, strict: bool = True) -> list[str]:
+def install(*, strict: bool = True, record_lengths_to: str | None = None) -> list[str]:
     """Wrap every hook target; returns the wrapped targets. Idempotent.
 
     ``strict=False`` turns a missing target into a warning instead of :class:`HookError`.
-    Usable as Ray's ``worker_process_setup_hook`` (called with no arguments).
+    ``record_lengths_to`` (or ``$NVTX_PHASES_LENGTHS_DIR``) also writes each step's prompt and
+    response lengths there (PolyTrace layout; ``$NVTX_PHASES_DP_SIZE``,
+    ``$NVTX_PHASES_N_SAMPLING`` refine rank and grouping). Usable as Ray's
+    ``worker_process_setup_hook`` (called with no arguments).
     """
     version = _verl_version()
     if version not in TESTED_VERSIONS:
@@ -216,7 +220,37 @@ def install(*, strict: bool = True) -> list[str]:
             if strict:
                 raise
             warnings.warn(str(exc), stacklevel=2)
+    folder, dp_size, n_sampling = settings_from_env()
+    folder = record_lengths_to or folder
+    if folder:
+        _install_length_recorder(folder, dp_size=dp_size, n_sampling=n_sampling)
     return sorted(_installed)
+
+
+LENGTHS_HOOK = Hook(
+    "verl.experimental.agent_loop.agent_loop", "AgentLoopManager.generate_sequences", "<lengths>"
+)
+
+
+def _install_length_recorder(folder: str, *, dp_size: int, n_sampling: int) -> None:
+    """Record lengths of every generated batch (wrapping the phase range's wrapper)."""
+    key = LENGTHS_HOOK.target + "#lengths"
+    resolved = _resolve(LENGTHS_HOOK)
+    if resolved is None or key in _installed:
+        return
+    owner, name, current = resolved
+
+    @functools.wraps(current)
+    async def generate_and_record(self: Any, prompts: Any, *args: Any, **kwargs: Any) -> Any:
+        output = await current(self, prompts, *args, **kwargs)
+        step_index = current_step()
+        if step_index is not None:
+            record_lengths(output, step_index, folder, dp_size=dp_size, n_sampling=n_sampling)
+        return output
+
+    setattr(generate_and_record, WRAPPED_MARK, current)
+    setattr(owner, name, generate_and_record)
+    _installed[key] = _Installed(owner, name, current, name in vars(owner))
 
 
 def _install_trainer_timer() -> None:
@@ -233,7 +267,7 @@ def _install_trainer_timer() -> None:
 
 def uninstall() -> None:
     """Restore every original attribute."""
-    for target in list(_installed):
+    for target in reversed(list(_installed)):  # last wrapped, first restored
         entry = _installed.pop(target)
         if entry.owned:
             setattr(entry.owner, entry.name, entry.original)
@@ -244,6 +278,7 @@ def uninstall() -> None:
 def installed() -> dict[str, str]:
     """Wrapped targets → phase name, and skipped optional targets → why."""
     names = {h.target: h.phase for h in (TRAINER_TIMER, *HOOKS)}
+    names[LENGTHS_HOOK.target + "#lengths"] = "<length recorder>"
     return {
         **{t: names[t] for t in _installed},
         **{t: f"skipped: {why}" for t, why in _skipped.items()},

@@ -166,3 +166,55 @@ def test_ray_worker_setup_hook_one_liner_installs_hooks_in_workers():
         assert ray.get(wrapped_in_worker.remote(), timeout=120) == (True, True)
     finally:
         ray.shutdown()
+
+
+def test_length_recorder_reads_a_real_verl_batch(tmp_path):
+    import json
+
+    import numpy as np
+    import torch
+    from verl.protocol import DataProto
+
+    from analysis.lengths import read_packed_lengths
+    from nvtx_phases.lengths_record import record_lengths
+
+    # prompts left-padded to 4, responses right-padded to 5; two prompts × two samples
+    attention = torch.tensor(
+        [
+            [0, 1, 1, 1, 1, 1, 0, 0, 0],
+            [0, 1, 1, 1, 1, 1, 1, 1, 1],
+            [1, 1, 1, 1, 1, 0, 0, 0, 0],
+            [1, 1, 1, 1, 1, 1, 1, 0, 0],
+        ]
+    )
+    batch = DataProto.from_dict(
+        tensors={
+            "prompts": torch.zeros(4, 4, dtype=torch.long),
+            "responses": torch.zeros(4, 5, dtype=torch.long),
+            "attention_mask": attention,
+        },
+        non_tensors={"uid": np.array(["a", "a", "b", "b"], dtype=object)},
+    )
+    path = record_lengths(batch, 3, tmp_path, dp_size=2)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    common = {"step": 3, "tp_rank": 0, "local_index": 0, "n_sampling": 2, "validate": False}
+    assert rows == [
+        {**common, "rank": 0, "dp_rank": 0, "input": 3, "output": [2, 5]},
+        {**common, "rank": 1, "dp_rank": 1, "input": 4, "output": [1, 3]},
+    ]
+    assert read_packed_lengths([tmp_path])["output_len"].to_list() == [2, 5, 1, 3]
+
+
+def test_length_recorder_installs_over_the_phase_hook_and_uninstalls(tmp_path):
+    from verl.experimental.agent_loop.agent_loop import AgentLoopManager
+
+    original = AgentLoopManager.generate_sequences
+    hooks.install(record_lengths_to=str(tmp_path))
+    try:
+        recorder = AgentLoopManager.generate_sequences
+        phase_wrapper = getattr(recorder, hooks.WRAPPED_MARK)
+        assert getattr(phase_wrapper, hooks.WRAPPED_MARK) is original
+        assert hooks.installed()[hooks.LENGTHS_HOOK.target + "#lengths"] == "<length recorder>"
+    finally:
+        hooks.uninstall()
+    assert AgentLoopManager.generate_sequences is original
