@@ -27,7 +27,7 @@ $(DEV): $(BASE)
 
 $(TEST): $(DEV)
 	$(PIP) '$(TORCH)'
-	$(PIP) -e '.[dev,verl,power,fit]'
+	$(PIP) -e '.[dev,verl,power,fit,ray]'
 	touch $@
 
 venv: $(TEST)

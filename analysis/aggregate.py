@@ -142,7 +142,9 @@ def phase_table(phases: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
             sum_or_null("gap_energy_j"),
             pl.col("peak_power_w").max(),
             pl.col("energy_samples").min(),
-            pl.col("below_sampling_interval").any(ignore_nulls=True),
+            pl.when(pl.col("below_sampling_interval").is_not_null().any())
+            .then(pl.col("below_sampling_interval").any(ignore_nulls=True))
+            .alias("below_sampling_interval"),
         )
         .with_columns((pl.col("energy_j") / (pl.col("wall_ns") / 1e9)).alias("avg_power_w"))
         .sort(

@@ -12,10 +12,16 @@ should not be compared across hosts.
 
 from __future__ import annotations
 
-from analysis.reader import RawTrace
+from typing import Protocol
 
 
-def clock_offsets(traces: list[RawTrace]) -> tuple[dict[str, int], list[str]]:
+class _Session(Protocol):
+    label: str
+    host: str
+    session_start_utc_ns: int | None
+
+
+def clock_offsets(traces: list[_Session]) -> tuple[dict[str, int], list[str]]:
     """Offset (ns) to add to each trace's timestamps, keyed by trace label, and warnings."""
     warnings: list[str] = []
     starts = {t.label: t.session_start_utc_ns for t in traces}

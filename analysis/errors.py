@@ -15,6 +15,10 @@ class TraceReadError(AnalysisError):
         self.path = path
         self.reason = reason
 
+    def __reduce__(self) -> tuple:
+        # picklable with its own arguments: errors cross process-pool and Ray boundaries
+        return (type(self), (self.path, self.reason))
+
 
 class NotAnNsysExport(AnalysisError):
     """A readable SQLite file that has none of the tables every nsys export carries."""
@@ -26,6 +30,9 @@ class NotAnNsysExport(AnalysisError):
             "`nsys export --type sqlite REPORT.nsys-rep`"
         )
         self.path = path
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.path,))
 
 
 class MissingColumns(AnalysisError):
@@ -39,6 +46,9 @@ class MissingColumns(AnalysisError):
         self.path = path
         self.table = table
         self.columns = columns
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.path, self.table, self.columns))
 
 
 class PhaseMapError(AnalysisError):

@@ -3,7 +3,8 @@
 Nesting rule (explicit, tested): on one thread, a range's level is the number of ranges open when
 it starts; its parent is the last range of the level above that started before it. Push/pop
 ranges always nest this way; start/end ranges that overlap without nesting are counted in a
-warning. Ranges that start together nest longest-first.
+warning. Ranges that start together nest longest-first; identical intervals nest
+``step`` first, then by name (a fixed rule, so results never depend on row order).
 
 Step rule: a range's step is its integer NVTX payload when it has one; otherwise the index of the
 ``step`` range that encloses its start in time, in any process of the run (VeRL's workers never
@@ -35,10 +36,18 @@ class Hierarchy:
 
 def select_phases(ranges: pl.DataFrame, phase_map: PhaseMap) -> pl.DataFrame:
     """The ranges that are phases, with ``canonical`` and a row id in thread/start order."""
+    # Ties: identical intervals nest step-first, then by name and payload, so that nesting never
+    # depends on the order rows come in (found by the property tests).
     return (
         ranges.filter(phase_map.is_phase(pl.col("name"), pl.col("domain")))
         .with_columns(phase_map.canonical(pl.col("name")).alias("canonical"))
-        .sort([*THREAD, "start_ns", "end_ns"], descending=[False, False, False, True])
+        .with_columns(phase_map.is_step(pl.col("canonical")).alias("_step_first"))
+        .sort(
+            [*THREAD, "start_ns", "end_ns", "_step_first", "name", "domain", "payload"],
+            descending=[False, False, False, True, True, False, False, False],
+            nulls_last=True,
+        )
+        .drop("_step_first")
         .with_row_index("rid")
         .with_columns(pl.col("rid").cast(pl.Int64))
     )
@@ -175,6 +184,17 @@ def build_hierarchy(ranges: pl.DataFrame, phase_map: PhaseMap) -> Hierarchy:
     windows_for_join = windows.rename({"step": "step_right"})
     steps = assign_steps(phases, windows_for_join)
     phases = phases.drop("step").join(steps, on="rid", how="left").sort("rid")
+    crossing = (
+        phases.filter(~pl.col("is_step"))
+        .join(windows, on="step", how="inner")
+        .filter(pl.col("end_ns") > pl.col("step_end_ns"))
+        .height
+    )
+    if crossing:
+        warnings.append(
+            f"{crossing} phase range(s) run past the end of their step; each counts in the step "
+            "it starts in"
+        )
     if phases.height and phase_map.step_names and not phases["is_step"].any():
         warnings.append(
             "no step range found (names: "

@@ -13,13 +13,12 @@ from pathlib import Path
 import polars as pl
 
 from analysis import aggregate, attribute, energy
-from analysis import tables as T
 from analysis.align import clock_offsets
 from analysis.hierarchy import build_hierarchy
-from analysis.normalize import MARKS_SCHEMA, OPS_SCHEMA, RANGES_SCHEMA, RUNTIME_SCHEMA, normalize
+from analysis.loading import Engine, load_all, shift
+from analysis.normalize import MARKS_SCHEMA, OPS_SCHEMA, RANGES_SCHEMA, RUNTIME_SCHEMA
 from analysis.phase_map import PhaseMap, default_phase_map
 from analysis.power import PowerData, align, load_samples
-from analysis.reader import RawTrace, read_export
 
 PROJECTION = "projection"
 WINDOW = "window"
@@ -69,27 +68,27 @@ def analyze(
     power_files: Sequence[str | Path] | None = None,
     idle_power_w: float | None = None,
     progress: Callable[[str], None] | None = None,
+    jobs: int = 1,
+    engine: Engine = "process",
+    on_file_done: Callable[[str], None] | None = None,
 ) -> Analysis:
     """Analyze one run given as one or more nsys SQLite exports (one per process or node).
 
     ``power_files``: NVML sampler Parquet files; by default those found beside the traces
-    (:func:`find_power_files`); pass ``[]`` for none.
+    (:func:`find_power_files`); pass ``[]`` for none. ``jobs``/``engine``: read files in a
+    process pool or as Ray tasks (:mod:`analysis.loading`); the result does not depend on them.
     """
     phase_map = phase_map or default_phase_map()
-    labels = _unique_labels([Path(p) for p in paths])
-    raws: list[RawTrace] = []
-    for path, label in zip(paths, labels, strict=True):
-        if progress:
-            progress(f"reading {Path(path).name}")
-        raws.append(read_export(path, label=label))
-    offsets, warnings = clock_offsets(raws)
+    paths = [Path(p) for p in paths]
+    labels = _unique_labels(paths)
+    if progress:
+        progress(f"reading {len(paths)} export(s)")
+    loaded = load_all(paths, labels, jobs=jobs, engine=engine, on_done=on_file_done)
+    offsets, warnings = clock_offsets(loaded)
     ranges, ops, runtime, marks = [], [], [], []
-    for raw in raws:
-        warnings.extend(raw.warnings)
-        if raw.missing_tables:
-            warnings.append(f"{raw.label}: no {', '.join(raw.missing_tables)} (not captured)")
-        norm = normalize(raw, offset_ns=offsets[raw.label])
-        warnings.extend(norm.warnings)
+    for trace in loaded:
+        warnings.extend(trace.warnings)
+        norm = shift(trace.norm, offsets[trace.label])
         ranges.append(norm.ranges)
         ops.append(norm.ops)
         runtime.append(norm.runtime)
@@ -104,15 +103,13 @@ def analyze(
     )
     all_runtime = _concat(runtime, RUNTIME_SCHEMA)
     power_paths = (
-        [Path(p) for p in power_files]
-        if power_files is not None
-        else find_power_files([Path(p) for p in paths])
+        [Path(p) for p in power_files] if power_files is not None else find_power_files(paths)
     )
     power = None
     if power_paths:
         if progress:
             progress("aligning power samples")
-        known = [r.session_start_utc_ns for r in raws if r.session_start_utc_ns is not None]
+        known = [t.session_start_utc_ns for t in loaded if t.session_start_utc_ns is not None]
         power = align(
             load_samples(power_paths),
             _concat(marks, MARKS_SCHEMA),
@@ -125,21 +122,21 @@ def analyze(
     )
     result.warnings[:0] = warnings
     result.summary.update(
-        gpus=sorted({name for r in raws for name in _gpu_names(r)}),
-        driver_versions=sorted({r.driver_version for r in raws if r.driver_version}),
+        gpus=sorted({name for t in loaded for name in t.gpus}),
+        driver_versions=sorted({t.driver_version for t in loaded if t.driver_version}),
         traces=[
             {
-                "label": r.label,
-                "path": str(r.path),
-                "nsys_version": r.nsys_version,
-                "host": r.host,
-                "session_start_utc_ns": r.session_start_utc_ns,
-                "clock_offset_ns": offsets[r.label],
-                "missing_tables": r.missing_tables,
+                "label": t.label,
+                "path": str(t.path),
+                "nsys_version": t.nsys_version,
+                "host": t.host,
+                "session_start_utc_ns": t.session_start_utc_ns,
+                "clock_offset_ns": offsets[t.label],
+                "missing_tables": t.missing_tables,
             }
-            for r in raws
+            for t in loaded
         ],
-        missing_tables=sorted({t for r in raws for t in r.missing_tables}),
+        missing_tables=sorted({m for t in loaded for m in t.missing_tables}),
         n_ranges=all_ranges.height,
         power_files=[str(p) for p in power_paths],
         warnings=result.warnings,
@@ -383,13 +380,6 @@ def _gpu_activity(
         "window_path",
         pl.col("window_split").fill_null(False),
     ).sort("op_id")
-
-
-def _gpu_names(raw: RawTrace) -> list[str]:
-    gpus = raw.frame(T.TARGET_GPU)
-    if gpus is None or "name" not in gpus.columns:
-        return []
-    return [str(n) for n in gpus["name"].drop_nulls().unique().to_list()]
 
 
 def _unique_labels(paths: list[Path]) -> list[str]:

@@ -59,6 +59,8 @@ def _analyze_and_report(
     figures: bool = True,
     max_rows: int = 60,
     quiet: bool = False,
+    jobs: int = 1,
+    engine: str = "process",
 ) -> None:
     """Analyze, write outputs (and figures), print the table; errors become exit 2."""
     from analysis.errors import AnalysisError
@@ -72,23 +74,48 @@ def _analyze_and_report(
         pmap = load_phase_map(phase_map_path) if phase_map_path else default_phase_map()
         if all_ranges:
             pmap = pmap.with_all_ranges()
-        with console.status("analyzing…") as status:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, console=console, transient=True) as bar:
+            reading = bar.add_task("reading exports", total=len(files))
             result = run_analysis(
                 files,
                 phase_map=pmap,
                 power_files=power_files,
                 idle_power_w=idle_power_w,
-                progress=status.update,
+                progress=lambda text: bar.update(reading, description=text),
+                jobs=jobs,
+                engine=engine,  # type: ignore[arg-type]
+                on_file_done=lambda label: bar.update(
+                    reading, advance=1, description=f"read {label}"
+                ),
             )
-            status.update("writing outputs…")
+            bar.update(reading, description="writing outputs")
             written = write_outputs(result, out)
             if figures:
-                status.update("drawing figures…")
+                bar.update(reading, description="drawing figures")
                 written += write_figures(result, out / "figures")
     except AnalysisError as exc:
         raise _fail(str(exc)) from None
     if not quiet:
         print_report(result, console, max_rows=max_rows)
+    else:  # quiet drops the table, never the warnings
+        from rich.text import Text
+
+        for warning in result.warnings:
+            console.print(Text("warning: " + warning, style="yellow"))
     console.print(f"wrote {len(written)} files to {out}/")
 
 
@@ -126,6 +153,16 @@ def analyze(
         int, typer.Option(help="Rows of the printed table (all go to files).")
     ] = 60,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print no table.")] = False,
+    jobs: Annotated[
+        int, typer.Option("--jobs", "-j", min=1, help="Read this many exports in parallel.")
+    ] = 1,
+    engine: Annotated[
+        str,
+        typer.Option(
+            help="Where parallel reads run: 'process' (a local pool) or 'ray' (Ray tasks; an "
+            "existing cluster via RAY_ADDRESS). Results are the same."
+        ),
+    ] = "process",
 ) -> None:
     """Attribute GPU kernels, NCCL, memcpy, memset and energy to NVTX phases, per step and rank.
 
@@ -133,6 +170,8 @@ def analyze(
     steps.csv and summary.json, then prints the per-step phase table. With power samples, the
     phases also get energy_j, avg/peak power and energy above idle.
     """
+    if engine not in ("process", "ray"):
+        raise _fail(f"--engine must be 'process' or 'ray', not '{engine}'")
     _analyze_and_report(
         expand_trace_paths(traces),
         out,
@@ -143,6 +182,8 @@ def analyze(
         figures=figures,
         max_rows=max_rows,
         quiet=quiet,
+        jobs=jobs,
+        engine=engine,
     )
 
 

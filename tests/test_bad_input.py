@@ -138,3 +138,15 @@ def test_unicode_and_markup_range_names_survive(tmp_path, small_run):
     result = analyze([named], phase_map=default_phase_map().with_all_ranges())
     assert "génération [bold]<script>" in result.phases["phase"].to_list()
     assert result.phases.filter(pl.col("phase").str.starts_with("gén"))["kernel_ns"].sum() > 0
+
+
+def test_errors_survive_pickling():
+    import pickle
+
+    for error in (
+        TraceReadError("a.sqlite", "file is not a database"),
+        NotAnNsysExport("b.sqlite"),
+        MissingColumns("c.sqlite", "NVTX_EVENTS", ["start"]),
+    ):
+        again = pickle.loads(pickle.dumps(error))
+        assert type(again) is type(error) and str(again) == str(error)

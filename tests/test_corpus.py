@@ -1,0 +1,181 @@
+"""The bad-input corpus, through the CLI: every case is a correct result with a named warning,
+or a one-line error naming the problem and exit status 2 — never a traceback.
+
+Each case is made here from a small synthetic export (no binary fixtures).
+"""
+
+import shutil
+import sqlite3
+
+import pytest
+from typer.testing import CliRunner
+
+from analysis.synth import SynthConfig, generate
+from nvtx_phases.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("corpus")
+    cfg = SynthConfig(steps=2, ranks=1, kernels_per_phase=4, power=False, lengths=False)
+    return generate(folder / "base.sqlite", cfg)[0]
+
+
+def sql(*statements):
+    def mutate(path):
+        with sqlite3.connect(path) as con:
+            for statement in statements:
+                con.execute(statement)
+
+    return mutate
+
+
+def raw_bytes(data):
+    def make(path):
+        path.write_bytes(data)
+
+    return make
+
+
+def truncate(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 3])
+
+
+def other_sqlite(path):
+    path.unlink()
+    with sqlite3.connect(path) as con:
+        con.execute("CREATE TABLE users (id INTEGER)")
+
+
+WORKER = "(SELECT globalTid FROM NVTX_EVENTS WHERE text = 'update_actor' LIMIT 1)"
+
+CASES = {
+    # name: (make the file, exit code, text the output must contain)
+    "empty file": (raw_bytes(b""), 2, "not an Nsight Systems export"),
+    "truncated": (truncate, 2, "cannot read as an SQLite export"),
+    "json renamed": (raw_bytes(b'{"traceEvents": []}'), 2, "file is not a database"),
+    "other sqlite": (other_sqlite, 2, "not an Nsight Systems export"),
+    "no NVTX table": (sql("DROP TABLE NVTX_EVENTS"), 0, "no NVTX_EVENTS"),
+    "no kernel table": (
+        sql("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL"),
+        0,
+        "no CUPTI_ACTIVITY_KIND_KERNEL",
+    ),
+    "no runtime table": (
+        sql("DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME"),
+        0,
+        "no CUPTI_ACTIVITY_KIND_RUNTIME",
+    ),
+    "NVTX only": (
+        sql(
+            *(
+                f"DROP TABLE {t}"
+                for t in (
+                    "CUPTI_ACTIVITY_KIND_KERNEL",
+                    "CUPTI_ACTIVITY_KIND_MEMCPY",
+                    "CUPTI_ACTIVITY_KIND_MEMSET",
+                    "CUPTI_ACTIVITY_KIND_RUNTIME",
+                )
+            )
+        ),
+        0,
+        "No GPU activity",
+    ),
+    "renamed column": (
+        sql("ALTER TABLE NVTX_EVENTS RENAME COLUMN globalTid TO tid"),
+        2,
+        "NVTX_EVENTS lacks column(s) globalTid",
+    ),
+    "push without pop": (
+        sql(
+            f"INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (9000000000, NULL, 59, 'update_actor', {WORKER}, 0)"
+        ),
+        0,
+        "never closed",
+    ),
+    "end before start": (
+        sql(
+            f"INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (500, 100, 59, 'gen', {WORKER}, 0)"
+        ),
+        0,
+        "end before they start",
+    ),
+    "range crossing steps": (
+        sql(
+            f"INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (40000000, 90000000, 59, 'generate_sequences', {WORKER}, 0)"
+        ),
+        0,
+        "run past the end of their step",
+    ),
+    "overlapping steps": (
+        sql("UPDATE NVTX_EVENTS SET end = end + 20000000 WHERE int64Value = 1"),
+        0,
+        "start before the previous step ends",
+    ),
+    "duplicate correlationIds": (
+        sql(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT start + 1, end + 1, eventClass, globalTid, correlationId, nameId, returnValue, callchainId FROM CUPTI_ACTIVITY_KIND_RUNTIME LIMIT 2"
+        ),
+        0,
+        "appear on more than one CUDA API call",
+    ),
+    "kernels without launch": (
+        sql("DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid % 5 = 0"),
+        0,
+        "have no matching CUDA API call",
+    ),
+    "zero-length ranges": (
+        sql(
+            f"INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (6000000, 6000000, 59, 'compute_log_prob', {WORKER}, 0)"
+        ),
+        0,
+        "Phases per step",
+    ),
+    "unicode names": (
+        sql(
+            "UPDATE NVTX_EVENTS SET text = 'génération ✓ [red]x[/red]' WHERE text = 'generate_sequences'"
+        ),
+        0,
+        "Phases per step",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_corpus_case(case, base, tmp_path):
+    make, code, text = CASES[case]
+    path = tmp_path / "trace.sqlite"
+    shutil.copy(base, path)
+    make(path)
+    result = runner.invoke(
+        app, ["analyze", str(path), "--out", str(tmp_path / "out"), "--no-figures"]
+    )
+    assert "Traceback" not in result.output
+    assert result.exit_code == code, result.output
+    assert text in result.output
+    if code == 2:
+        assert len(result.output.strip().splitlines()) == 1
+    else:
+        assert (tmp_path / "out" / "summary.json").exists()
+
+
+def test_unaligned_file_in_a_multi_file_run(base, tmp_path):
+    first, second = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
+    shutil.copy(base, first)
+    shutil.copy(base, second)
+    sql("DELETE FROM TARGET_INFO_SESSION_START_TIME")(second)
+    result = runner.invoke(
+        app, ["analyze", str(tmp_path), "--out", str(tmp_path / "out"), "--no-figures", "-q"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "NOT aligned" in result.output
+
+
+def test_missing_inputs(tmp_path):
+    result = runner.invoke(app, ["analyze", str(tmp_path / "nope.sqlite")])
+    assert result.exit_code == 2 and "no such file" in result.output
+    result = runner.invoke(app, ["analyze", str(tmp_path)])
+    assert result.exit_code == 2 and "holds no *.sqlite" in result.output
