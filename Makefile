@@ -81,8 +81,10 @@ samples: $(BASE)
 	rm -rf traces_sample/grpo_synthetic_split
 	$(BIN)/nvtx-phases synth traces_sample/grpo_synthetic_split --split --no-lengths
 
-## bench: reader comparison (issue: scale benchmarks extend this)
+## bench: analyze vs a bare scan vs nsys stats at 100k and 1M GPU ops (BENCH_SIZES=… for more),
+##        then the SQLite reader comparison
 bench: $(DEV)
+	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.readers
 
 clean:

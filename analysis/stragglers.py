@@ -105,3 +105,34 @@ def phase_imbalance(analysis: Analysis) -> pl.DataFrame:
         .filter(pl.col("ranks") > 1)
         .sort("step", "canonical")
     )
+
+
+def energy_per_token(analysis: Analysis, lengths_stats: pl.DataFrame) -> pl.DataFrame:
+    """Per step: generated tokens, energy of ``gen`` and of the whole step, J/token, tokens/J.
+
+    Tokens are the response lengths recorded for the step; energies are the window scheme's
+    (every sampled GPU). Null where the run has no power samples.
+    """
+    window = analysis.phases.filter(
+        (pl.col("attribution") == "window") & pl.col("path").is_in(["step", "step/gen"])
+    )
+    energy = window.group_by("step").agg(
+        pl.col("energy_j").filter(pl.col("path") == "step/gen").sum().alias("gen_energy_j"),
+        pl.col("energy_j").filter(pl.col("path") == "step").sum().alias("step_energy_j"),
+        pl.col("energy_j").is_not_null().any().alias("_has"),
+    )
+    return (
+        lengths_stats.select("step", "tokens")
+        .join(energy, on="step", how="left")
+        .with_columns(
+            pl.when(pl.col("_has")).then(pl.col("gen_energy_j")).alias("gen_energy_j"),
+            pl.when(pl.col("_has")).then(pl.col("step_energy_j")).alias("step_energy_j"),
+        )
+        .with_columns(
+            (pl.col("gen_energy_j") / pl.col("tokens")).alias("gen_j_per_token"),
+            (pl.col("tokens") / pl.col("gen_energy_j")).alias("tokens_per_gen_j"),
+            (pl.col("step_energy_j") / pl.col("tokens")).alias("step_j_per_token"),
+        )
+        .drop("_has")
+        .sort("step")
+    )

@@ -233,12 +233,16 @@ def report(
         if length_dir is not None:
             from analysis.length_figures import length_cdf, length_heatmap, straggler_timeline
             from analysis.lengths import length_stats, read_packed_lengths
-            from analysis.stragglers import generation_tails
+            from analysis.stragglers import energy_per_token, generation_tails
 
             responses = read_packed_lengths([length_dir])
             stats = length_stats(responses, cap=cap)
             tails = generation_tails(result, stats)
-            sections = [("Response lengths per step", stats), ("Rollout stragglers", tails)]
+            sections = [
+                ("Response lengths per step", stats),
+                ("Rollout stragglers", tails),
+                ("Energy per generated token", energy_per_token(result, stats)),
+            ]
             figures += length_cdf(responses, out / "figures") + length_heatmap(
                 responses, out / "figures"
             )
@@ -484,7 +488,7 @@ def lengths_analyze(
         read_reward_timings,
     )
     from analysis.output import atomic_write
-    from analysis.stragglers import generation_tails, phase_imbalance
+    from analysis.stragglers import energy_per_token, generation_tails, phase_imbalance
 
     try:
         responses = read_packed_lengths(paths)
@@ -503,6 +507,9 @@ def lengths_analyze(
             written += [
                 atomic_write(out / "stragglers.csv", tails.write_csv),
                 atomic_write(out / "phase_imbalance.csv", phase_imbalance(analysis).write_csv),
+                atomic_write(
+                    out / "energy_per_token.csv", energy_per_token(analysis, stats).write_csv
+                ),
                 *straggler_timeline(tails, out / "figures"),
             ]
         if fit:

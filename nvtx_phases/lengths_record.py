@@ -91,6 +91,42 @@ def record_lengths(
     return path
 
 
+def write_reward_timings(folder: str | Path, step: int, reward_time_s: float) -> Path | None:
+    """Write ``reward_timings_step_{step}.jsonl`` from that step's recorded lengths.
+
+    The trainer times ``reward`` once for the whole batch in the driver, so every DP rank gets
+    that time; the response sums, means and maxima are per rank. None when no lengths were
+    recorded for the step.
+    """
+    folder = Path(folder)
+    packed = folder / f"packed_lengths_step_{step}.jsonl"
+    if not packed.exists():
+        return None
+    per_rank: dict[int, list[int]] = {}
+    for line in packed.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        per_rank.setdefault(int(row["dp_rank"]), []).extend(int(x) for x in row["output"])
+    rows = [
+        {
+            "step": step,
+            "rank": rank,
+            "tp_rank": 0,
+            "dp_rank": rank,
+            "batch_size": len(lengths),
+            "reward_time_s": reward_time_s,
+            "response_sum": sum(lengths),
+            "response_mean": sum(lengths) / len(lengths),
+            "response_max": max(lengths),
+            "validate": False,
+        }
+        for rank, lengths in sorted(per_rank.items())
+        if lengths
+    ]
+    path = folder / f"reward_timings_step_{step}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
 def settings_from_env() -> tuple[str | None, int, int]:
     """(output folder or None when recording is off, dp_size, n_sampling) from the environment."""
     return (

@@ -26,13 +26,14 @@ from __future__ import annotations
 import functools
 import importlib
 import sys
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from nvtx_phases.lengths_record import record_lengths, settings_from_env
+from nvtx_phases.lengths_record import record_lengths, settings_from_env, write_reward_timings
 from nvtx_phases.marking import current_step, phase
 
 TESTED_VERSIONS = ("0.9.1",)
@@ -122,6 +123,8 @@ class _Installed:
 
 
 _installed: dict[str, _Installed] = {}
+#: Where lengths (and reward timings) are recorded, when recording is on (a one-item list).
+_lengths_folder: list[str] = []
 _skipped: dict[str, str] = {}
 
 
@@ -183,8 +186,11 @@ def _trainer_timer(timing_only: Callable[..., Any]) -> Callable[..., Any]:
 
     @contextmanager
     def _both(name: str, step_index: int | None, timer: Any) -> Iterator[None]:
+        started = time.perf_counter()
         with phase(name, step=step_index), timer:
             yield
+        if name == "reward" and step_index is not None and _lengths_folder:
+            write_reward_timings(_lengths_folder[0], step_index, time.perf_counter() - started)
 
     @functools.wraps(timing_only)
     def marked_timer(name: str, timing_raw: dict[str, float], *args: Any, **kwargs: Any) -> Any:
@@ -239,6 +245,7 @@ def _install_length_recorder(folder: str, *, dp_size: int, n_sampling: int) -> N
     if resolved is None or key in _installed:
         return
     owner, name, current = resolved
+    _lengths_folder[:] = [folder]
 
     @functools.wraps(current)
     async def generate_and_record(self: Any, prompts: Any, *args: Any, **kwargs: Any) -> Any:
@@ -267,6 +274,7 @@ def _install_trainer_timer() -> None:
 
 def uninstall() -> None:
     """Restore every original attribute."""
+    _lengths_folder.clear()
     for target in reversed(list(_installed)):  # last wrapped, first restored
         entry = _installed.pop(target)
         if entry.owned:

@@ -188,3 +188,30 @@ def test_lengths_and_fidelity_commands(small, tmp_path):
     bad.write_text("nothing useful\n")
     result = runner.invoke(app, ["fidelity", str(tmp_path), "--log", str(bad)])
     assert result.exit_code == 2
+
+
+def test_energy_per_generated_token(tmp_path):
+    from analysis.stragglers import energy_per_token
+
+    path = generate(tmp_path / "run.sqlite", SynthConfig(steps=2, ranks=2, kernels_per_phase=4))[0]
+    result = analyze([path])
+    stats = length_stats(read_packed_lengths([tmp_path / "run_lengths"]))
+    table = energy_per_token(result, stats)
+    gen = result.phases.filter(pl.col("path") == "step/gen").sort("step")["energy_j"]
+    assert table["tokens"].to_list() == stats["tokens"].to_list()
+    assert (table["gen_energy_j"] - gen).abs().max() < 1e-12
+    assert (table["gen_j_per_token"] - gen / stats["tokens"]).abs().max() < 1e-15
+    no_power = energy_per_token(analyze([path], power_files=[]), stats)
+    assert no_power["gen_j_per_token"].null_count() == 2  # null, not zero, without power
+
+
+def test_reward_timings_written_from_recorded_lengths(tmp_path):
+    from nvtx_phases.lengths_record import write_reward_timings
+
+    write_step(tmp_path, 4, [(0, 10, [10, 30]), (1, 12, [100, 300])])
+    path = write_reward_timings(tmp_path, 4, 2.5)
+    rewards = read_reward_timings([path])
+    assert rewards.select("rank", "reward_time_s", "response_sum", "response_max").rows() == [
+        (0, 2.5, 40, 30),
+        (1, 2.5, 400, 300),
+    ]

@@ -218,3 +218,45 @@ def test_length_recorder_installs_over_the_phase_hook_and_uninstalls(tmp_path):
     finally:
         hooks.uninstall()
     assert AgentLoopManager.generate_sequences is original
+
+
+def test_reward_phase_writes_reward_timings_when_recording(tmp_path):
+    import json
+
+    from verl.trainer.ppo import ray_trainer
+
+    from analysis.lengths import read_reward_timings
+
+    row = {
+        "step": 12,
+        "rank": 0,
+        "dp_rank": 0,
+        "tp_rank": 0,
+        "local_index": 0,
+        "input": 5,
+        "output": [7, 9],
+        "n_sampling": 2,
+        "validate": False,
+    }
+    (tmp_path / "packed_lengths_step_12.jsonl").write_text(json.dumps(row) + "\n")
+    hooks.install(record_lengths_to=str(tmp_path))
+    try:
+
+        class Trainer:
+            global_steps = 12
+
+            def fit(self):
+                timing = {}
+                with (
+                    ray_trainer.marked_timer("step", timing),
+                    ray_trainer.marked_timer("reward", timing),
+                ):
+                    pass
+                return timing
+
+        Trainer().fit()
+    finally:
+        hooks.uninstall()
+    rewards = read_reward_timings([tmp_path])
+    assert rewards.select("step", "rank", "response_sum", "response_max").rows() == [(12, 0, 16, 9)]
+    assert rewards["reward_time_s"][0] >= 0
