@@ -346,16 +346,21 @@ def _gpu_activity(
         ops.join(innermost_proj, on="op_id", how="left")
         .join(at_start, on="op_id", how="left")
         .join(owners, on="op_id", how="left")
-        .sort("start_ns")
     )
     if steps.height:
-        activity = activity.join_asof(
-            steps.select("step", "step_start_ns", "step_end_ns"),
-            left_on="start_ns",
-            right_on="step_start_ns",
-            strategy="backward",
-        ).with_columns(
-            pl.when(pl.col("start_ns") < pl.col("step_end_ns")).then(pl.col("step")).alias("step")
+        # the step window containing each start: a binary search over the (few, sorted) steps
+        # instead of sorting a million operations for an as-of join
+        windows = steps.sort("step_start_ns")
+        index = (
+            windows["step_start_ns"]
+            .search_sorted(activity["start_ns"], side="right")
+            .cast(pl.Int64)
+            - 1
+        )
+        safe = index.clip(lower_bound=0)
+        inside = (index >= 0) & (activity["start_ns"] < windows["step_end_ns"].gather(safe))
+        activity = activity.with_columns(
+            pl.when(pl.lit(inside)).then(pl.lit(windows["step"].gather(safe))).alias("step")
         )
     else:
         activity = activity.with_columns(pl.lit(None, dtype=pl.Int64).alias("step"))

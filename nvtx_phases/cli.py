@@ -64,7 +64,6 @@ def _analyze_and_report(
 ) -> None:
     """Analyze, write outputs (and figures), print the table; errors become exit 2."""
     from analysis.errors import AnalysisError
-    from analysis.figures import write_figures
     from analysis.output import write_outputs
     from analysis.phase_map import default_phase_map, load_phase_map
     from analysis.pipeline import analyze as run_analysis
@@ -105,6 +104,8 @@ def _analyze_and_report(
             bar.update(reading, description="writing outputs")
             written = write_outputs(result, out)
             if figures:
+                from analysis.figures import write_figures  # matplotlib only when drawing
+
                 bar.update(reading, description="drawing figures")
                 written += write_figures(result, out / "figures")
     except AnalysisError as exc:
