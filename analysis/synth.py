@@ -27,6 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
+from nvtx_phases.power import CLOCK_MARK
+from nvtx_phases.power import COLUMNS as SAMPLER_COLUMNS
+
 US = 1_000
 MS = 1_000_000
 VM_ID = 1 << 48
@@ -53,7 +56,6 @@ PHASE_POWER_W = {
     "update_weights": 160.0,
     "compute_rm_score": 280.0,
 }
-CLOCK_MARK = "nvtx_phases.power_clock"
 PHASE_GAP_NS = 200 * US
 STEP_GAP_NS = 2 * MS
 FIRST_STEP_NS = 5 * MS
@@ -370,19 +372,7 @@ class _Builder:
         """NVML-sampler layout: per device and instant, power and an exact energy counter (mJ)."""
         cfg = self.cfg
         t = self.sample_times()
-        names = (
-            "host",
-            "pid",
-            "device",
-            "wall_ns",
-            "mono_ns",
-            "power_w",
-            "energy_mj",
-            "sm_clock_mhz",
-            "gpu_util_pct",
-            "mem_util_pct",
-        )
-        columns: dict[str, list] = {c: [] for c in names}
+        columns: dict[str, list] = {c: [] for c in SAMPLER_COLUMNS}  # the real sampler's layout
         for device in range(cfg.ranks):
             power = self.power_at(device, t)
             counter_mj = self.cumulative_energy_j(device, t) * 1000.0
