@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis.intervals import union_length
-
 GROUP_KEYS = ["trace", "pid", "step", "path", "phase", "attribution"]
 METRICS = ["kernel_ns", "nccl_ns", "memcpy_ns", "memcpy_bytes", "memset_ns", "n_kernels"]
 
@@ -39,10 +37,14 @@ def class_sums(duration: pl.Expr, counted: pl.Expr) -> list[pl.Expr]:
     ]
 
 
-def projection_metrics(
+def projection_partials(
     pairs: pl.DataFrame, ops: pl.DataFrame, ranges: pl.DataFrame
-) -> pl.DataFrame:
-    """Metrics per range from (op_id, rid) pairs: whole ops, busy clipped to the range."""
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """One bucket's projection: sums per range, (rid, device) seen, and busy intervals.
+
+    Sums count whole operations (each operation is in one bucket, where it starts); the busy
+    intervals are the operations clipped to their range, for :class:`BusyAccumulator`.
+    """
     joined = pairs.join(
         ops.select("op_id", "device", "kind", "op_class", "bytes", "start_ns", "end_ns"),
         on="op_id",
@@ -52,41 +54,67 @@ def projection_metrics(
     )
     sums = joined.group_by("rid").agg(
         *class_sums(pl.col("end_ns") - pl.col("start_ns"), pl.lit(True)),
-        pl.col("device").n_unique().alias("n_devices"),
         pl.col("start_ns").min().alias("gpu_start_ns"),
         pl.col("end_ns").max().alias("gpu_end_ns"),
     )
+    devices = joined.select("rid", "device").unique()
     clipped = joined.select(
         "rid",
         "device",
         pl.max_horizontal("start_ns", "r_start").alias("start_ns"),
         pl.min_horizontal("end_ns", "r_end").alias("end_ns"),
     ).filter(pl.col("end_ns") > pl.col("start_ns"))
-    busy = (
-        union_length(clipped, ["rid", "device"])
-        .group_by("rid")
-        .agg(pl.col("busy_ns").sum().alias("gpu_busy_ns"))
+    return sums, devices, clipped
+
+
+def merge_projection(
+    sums: list[pl.DataFrame], devices: pl.DataFrame, busy: pl.DataFrame
+) -> pl.DataFrame:
+    """Projection metrics per range from the buckets' partials (see :func:`projection_partials`)."""
+    merged = _merge_sums(sums, "rid")
+    n_devices = devices.group_by("rid").agg(pl.len().cast(pl.UInt32).alias("n_devices"))
+    busy = busy.group_by("rid").agg(pl.col("busy_ns").sum().alias("gpu_busy_ns"))
+    return (
+        merged.join(n_devices, on="rid", how="left")
+        .join(busy, on="rid", how="left")
+        .with_columns(pl.col("gpu_busy_ns").fill_null(0))
     )
-    return sums.join(busy, on="rid", how="left").with_columns(pl.col("gpu_busy_ns").fill_null(0))
 
 
-def segment_device_metrics(pieces: pl.DataFrame) -> pl.DataFrame:
-    """Per (segment, device): clipped class sums, counts, busy union and first/last activity."""
+def segment_partials(pieces: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """One bucket's window pieces: clipped class sums per (segment, device), busy intervals."""
     sums = pieces.group_by("seg", "device").agg(
         *class_sums(pl.col("overlap_ns"), pl.col("first_piece")),
         pl.col("piece_start_ns").filter(pl.col("overlap_ns") > 0).min().alias("gpu_start_ns"),
         pl.col("piece_end_ns").filter(pl.col("overlap_ns") > 0).max().alias("gpu_end_ns"),
     )
-    busy = union_length(
-        pieces.filter(pl.col("overlap_ns") > 0),
-        ["seg", "device"],
-        start="piece_start_ns",
-        end="piece_end_ns",
+    busy = pieces.filter(pl.col("overlap_ns") > 0).select(
+        "seg",
+        "device",
+        pl.col("piece_start_ns").alias("start_ns"),
+        pl.col("piece_end_ns").alias("end_ns"),
     )
+    return sums, busy
+
+
+def merge_segments(sums: list[pl.DataFrame], busy: pl.DataFrame) -> pl.DataFrame:
+    """Per (segment, device): sums, counts, busy union and first/last activity, all buckets."""
     return (
-        sums.join(busy, on=["seg", "device"], how="left")
+        _merge_sums(sums, ["seg", "device"])
+        .join(busy, on=["seg", "device"], how="left")
         .with_columns(pl.col("busy_ns").fill_null(0).alias("gpu_busy_ns"))
         .drop("busy_ns")
+    )
+
+
+def _merge_sums(parts: list[pl.DataFrame], keys: str | list[str]) -> pl.DataFrame:
+    frame = pl.concat(parts)
+    if len(parts) == 1:
+        return frame
+    return frame.group_by(keys).agg(
+        *(pl.col(m).sum() for m in METRICS),
+        pl.col("gpu_start_ns").min(),
+        pl.col("gpu_end_ns").max(),
     )
 
 
@@ -187,8 +215,8 @@ def phase_table(phases: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def kernel_table(ops: pl.DataFrame) -> pl.DataFrame:
-    """Per kernel name: count and time (comparable with ``nsys stats -r gpukernsum``)."""
+def kernel_partial(ops: pl.DataFrame) -> pl.DataFrame:
+    """Per kernel name in one bucket: count, total, min and max duration."""
     dur = pl.col("end_ns") - pl.col("start_ns")
     return (
         ops.filter(pl.col("kind") == "kernel")
@@ -196,9 +224,31 @@ def kernel_table(ops: pl.DataFrame) -> pl.DataFrame:
         .agg(
             pl.len().cast(pl.Int64).alias("count"),
             dur.sum().alias("total_ns"),
-            dur.mean().alias("avg_ns"),
             dur.min().alias("min_ns"),
             dur.max().alias("max_ns"),
+        )
+    )
+
+
+def kernel_table(partials: list[pl.DataFrame]) -> pl.DataFrame:
+    """Per kernel name: count and time (comparable with ``nsys stats -r gpukernsum``)."""
+    return (
+        pl.concat(partials)
+        .group_by("name", "op_class")
+        .agg(
+            pl.col("count").sum(),
+            pl.col("total_ns").sum(),
+            pl.col("min_ns").min(),
+            pl.col("max_ns").max(),
+        )
+        .select(
+            "name",
+            "op_class",
+            "count",
+            "total_ns",
+            (pl.col("total_ns") / pl.col("count")).alias("avg_ns"),
+            "min_ns",
+            "max_ns",
         )
         .sort(["total_ns", "name"], descending=[True, False])
     )

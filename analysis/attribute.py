@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from analysis.intervals import segment_index, segments_of, split_at_segments
+from analysis.launches import CallIndex, duplicate_warning, orphan_warning
 
 THREAD = ["trace", "gtid"]
 
@@ -31,33 +32,21 @@ class Launches:
 
 
 def link_launches(ops: pl.DataFrame, runtime: pl.DataFrame) -> Launches:
-    """Join each operation to its runtime call on (trace, pid, correlationId)."""
-    warnings: list[str] = []
-    calls = runtime.select(
-        "trace",
-        "pid",
-        "correlation_id",
-        "gtid",
-        pl.col("start_ns").alias("call_start_ns"),
-        pl.col("end_ns").alias("call_end_ns"),
+    """Join each operation to its runtime call on (trace, pid, correlationId), trace by trace."""
+    linked: list[pl.DataFrame] = []
+    n_duplicated = 0
+    for (trace,), calls in runtime.partition_by("trace", as_dict=True).items():
+        index = CallIndex.build(calls)
+        n_duplicated += index.n_duplicated
+        linked.append(index.link(ops.filter(pl.col("trace") == trace)))
+    traces = runtime["trace"].unique().implode()
+    linked.append(CallIndex.empty().link(ops.filter(~pl.col("trace").is_in(traces))))
+    frame = pl.concat(linked).sort("op_id") if ops.height else CallIndex.empty().link(ops)
+    warnings = duplicate_warning(n_duplicated) + orphan_warning(
+        frame["gtid"].null_count(), frame.height, runtime.height
     )
-    keys = ["trace", "pid", "correlation_id"]
-    duplicated = calls.filter(pl.len().over(keys) > 1).select(keys).unique()
-    if duplicated.height:
-        warnings.append(
-            f"{duplicated.height} correlationId(s) appear on more than one CUDA API call of a "
-            "process; the earliest call of each is used"
-        )
-        calls = calls.sort("call_start_ns").unique(subset=keys, keep="first", maintain_order=True)
-    linked = ops.join(calls, on=["trace", "pid", "correlation_id"], how="left")
-    orphans = linked["gtid"].null_count()
-    if orphans and runtime.height:
-        warnings.append(
-            f"{orphans} of {linked.height} GPU operation(s) have no matching CUDA API call "
-            "(capture started mid-launch, or API tracing off); they are unattributed under projection"
-        )
-    threads = linked.filter(pl.col("gtid").is_not_null()).select(THREAD).unique()
-    return Launches(ops=linked, launch_threads=threads, warnings=warnings)
+    threads = frame.filter(pl.col("gtid").is_not_null()).select(THREAD).unique()
+    return Launches(ops=frame, launch_threads=threads, warnings=warnings)
 
 
 def projection_pairs(ops: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
@@ -130,28 +119,31 @@ def innermost_by_segment(window_ranges: pl.DataFrame, boundaries: pl.Series) -> 
     return segments.select("seg").join(best.select("seg", "rid"), on="seg", how="left")
 
 
-def window_pieces(
-    ops: pl.DataFrame, window_ranges: pl.DataFrame
-) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame]:
-    """Split every op at window-range boundaries; each piece gets the innermost range ``rid``.
-
-    Returns the pieces (``op_id, device, op_class, kind, bytes, seg, overlap_ns, first_piece,
-    piece_start_ns, piece_end_ns, rid``), the boundaries, and the innermost range per segment.
-    """
+def window_layout(window_ranges: pl.DataFrame) -> tuple[pl.Series, pl.DataFrame]:
+    """The window timeline's boundaries and the innermost range of each segment."""
     boundaries = (
         pl.concat([window_ranges["start_ns"], window_ranges["end_ns"]]).unique().sort()
         if window_ranges.height
         else pl.Series("boundary", [], dtype=pl.Int64)
     )
-    innermost = innermost_by_segment(window_ranges, boundaries)
+    return boundaries, innermost_by_segment(window_ranges, boundaries)
+
+
+def window_pieces(
+    ops: pl.DataFrame, boundaries: pl.Series, innermost: pl.DataFrame
+) -> pl.DataFrame:
+    """Split every op at window-range boundaries; each piece gets the innermost range ``rid``.
+
+    Columns: ``op_id, device, op_class, kind, bytes, seg, overlap_ns, first_piece,
+    piece_start_ns, piece_end_ns, rid``.
+    """
     pieces = split_at_segments(
         ops.select("op_id", "device", "kind", "op_class", "bytes", "start_ns", "end_ns"), boundaries
     ).with_columns(
         pl.max_horizontal("start_ns", "seg_start_ns").alias("piece_start_ns"),
         pl.min_horizontal("end_ns", "seg_end_ns").alias("piece_end_ns"),
     )
-    pieces = pieces.join(innermost, on="seg", how="left")
-    return pieces, boundaries, innermost
+    return pieces.join(innermost, on="seg", how="left")
 
 
 def range_segments(ranges: pl.DataFrame, boundaries: pl.Series) -> pl.DataFrame:

@@ -30,9 +30,12 @@ ENERGY_COLUMNS = {
 
 
 def range_devices(
-    phases: pl.DataFrame, pairs: pl.DataFrame, ops: pl.DataFrame, devices: list[str]
+    phases: pl.DataFrame, projection_devices: pl.DataFrame, devices: list[str]
 ) -> pl.DataFrame:
-    """(rid, device) pairs whose energy counts for each range."""
+    """(rid, device) pairs whose energy counts for each range.
+
+    ``projection_devices``: (rid, device) for every device a projection range's operations ran on.
+    """
     window = (
         phases.filter(pl.col("attribution") == "window")
         .select("rid")
@@ -40,8 +43,7 @@ def range_devices(
     )
     projection_rids = phases.filter(pl.col("attribution") == "projection").select("rid")
     projection = (
-        pairs.join(projection_rids, on="rid")
-        .join(ops.select("op_id", "device"), on="op_id")
+        projection_devices.join(projection_rids, on="rid")
         .select("rid", "device")
         .unique()
         .filter(pl.col("device").is_in(devices))
@@ -51,13 +53,16 @@ def range_devices(
 
 def phase_energy(
     phases: pl.DataFrame,
-    pairs: pl.DataFrame,
-    ops: pl.DataFrame,
+    projection_devices: pl.DataFrame,
+    blocks: pl.DataFrame,
     power: PowerData,
     *,
     idle_power_w: float | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """Energy columns per range (``rid``), per (range, device), and the idle baseline per device."""
+    """Energy columns per range (``rid``), per (range, device), and the idle baseline per device.
+
+    ``blocks``: busy stretches of the run's operations (:func:`analysis.power.busy_blocks`).
+    """
     cum = cumulative_energy(power)
     devices = sorted(cum["device"].unique().to_list())
     if idle_power_w is not None:
@@ -65,8 +70,8 @@ def phase_energy(
             {"device": devices, "idle_power_w": [float(idle_power_w)] * len(devices)}
         )
     else:
-        idle = idle_baseline(cum, ops, interval_ns=power.interval_ns)
-    pairs_rd = range_devices(phases, pairs, ops, devices)
+        idle = idle_baseline(cum, blocks, interval_ns=power.interval_ns)
+    pairs_rd = range_devices(phases, projection_devices, devices)
     intervals = pairs_rd.join(phases.select("rid", "start_ns", "end_ns"), on="rid").rename(
         {"rid": "id"}
     )

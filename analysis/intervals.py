@@ -87,3 +87,44 @@ def split_at_segments(
         .drop("_first", "_last")
     )
     return pieces
+
+
+class BusyAccumulator:
+    """Union length per key over intervals that arrive in time buckets, exactly.
+
+    Buckets hold the operations that *start* in ``[lo, hi)``; an interval may run past ``hi``.
+    :meth:`add` counts each interval's part before ``hi`` now and carries the rest into the next
+    bucket, so every instant is counted in one bucket, with every interval that covers it present.
+    Summing the buckets' unions therefore equals the union over the whole run.
+    """
+
+    def __init__(self, keys: dict[str, pl.DataType | type[pl.DataType]]) -> None:
+        self.schema = dict(keys)
+        self.keys = list(keys)
+        self._carry: pl.DataFrame | None = None
+        self._parts: list[pl.DataFrame] = []
+
+    def add(self, intervals: pl.DataFrame, until_ns: int | None) -> None:
+        """Intervals (``keys, start_ns, end_ns``) of the bucket that ends at ``until_ns``."""
+        frame = intervals.select(*self.keys, "start_ns", "end_ns")
+        if self._carry is not None and self._carry.height:
+            frame = pl.concat([self._carry, frame])
+        if until_ns is None:
+            now, self._carry = frame, None
+        else:
+            now = frame.with_columns(pl.min_horizontal("end_ns", pl.lit(until_ns))).filter(
+                pl.col("end_ns") > pl.col("start_ns")
+            )
+            self._carry = frame.filter(pl.col("end_ns") > until_ns).with_columns(
+                pl.max_horizontal("start_ns", pl.lit(until_ns))
+            )
+        if now.height:
+            self._parts.append(union_length(now, self.keys))
+
+    def result(self) -> pl.DataFrame:
+        """``keys, busy_ns`` over everything added (the carry closes at +inf)."""
+        if self._carry is not None and self._carry.height:
+            self.add(self._carry.head(0), None)
+        if not self._parts:
+            return pl.DataFrame(schema={**self.schema, "busy_ns": pl.Int64})
+        return pl.concat(self._parts).group_by(self.keys).agg(pl.col("busy_ns").sum())

@@ -10,9 +10,10 @@ Every engine gives the same frames: results are ordered by input position, not c
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Literal
@@ -21,15 +22,25 @@ import polars as pl
 
 from analysis import tables as T
 from analysis.errors import AnalysisError
-from analysis.normalize import Normalized, normalize
-from analysis.reader import read_export
+from analysis.launches import CallIndex
+from analysis.normalize import (
+    OP_TABLES,
+    RUNTIME_SCHEMA,
+    gpu_op_rows,
+    nvtx_marks,
+    nvtx_ranges,
+    runtime_rows,
+    strings_of,
+)
+from analysis.ops_store import BATCH_ROWS, DEFAULT_CHUNK_OPS, OpsStore, collect_ops
+from analysis.reader import Export, RawTrace, read_export
 
 Engine = Literal["serial", "process", "ray"]
 
 
 @dataclass
 class LoadedTrace:
-    """One export, normalized on its own clock, with the metadata the run needs."""
+    """One export on its own clock: phase ranges, marks, operations and run metadata."""
 
     path: Path
     label: str
@@ -39,14 +50,56 @@ class LoadedTrace:
     missing_tables: list[str]
     gpus: list[str]
     driver_version: str
-    norm: Normalized
+    ranges: pl.DataFrame
+    marks: pl.DataFrame
+    ops: OpsStore
+    n_calls: int
+    n_duplicated_calls: int
     warnings: list[str] = field(default_factory=list)
 
 
-def load_trace(path: str | Path, label: str) -> LoadedTrace:
-    """Read one export and normalize it (offset 0); keeps only what analysis needs."""
-    raw = read_export(path, label=label)
-    norm = normalize(raw)
+def _runtime_batches(export: Export, label: str) -> Iterator[pl.DataFrame]:
+    for batch in export.batches(T.RUNTIME, BATCH_ROWS):
+        yield runtime_rows(batch, label=label)
+
+
+def _op_batches(export: Export, raw: RawTrace) -> Iterator[pl.DataFrame]:
+    strings = strings_of(raw)
+    for kind, spec in OP_TABLES.items():
+        for batch in export.batches(spec, BATCH_ROWS):
+            yield gpu_op_rows(kind, batch, strings, label=raw.label, host=raw.host)
+
+
+def load_trace(
+    path: str | Path,
+    label: str,
+    *,
+    chunk_ops: int = DEFAULT_CHUNK_OPS,
+    spill_dir: str | Path | None = None,
+) -> LoadedTrace:
+    """Read one export (offset 0): ranges and marks whole, operations in batches.
+
+    Operations are linked to their launching calls here, per file; past ``chunk_ops`` of them
+    they go to Parquet parts in ``spill_dir`` (see :mod:`analysis.ops_store`).
+    """
+    raw = read_export(path, label=label, streamed=(*OP_TABLES.values(), T.RUNTIME))
+    ranges, range_warnings = nvtx_ranges(raw)
+    export = Export(Path(path))
+    try:
+        runtime = [b for b in _runtime_batches(export, label) if b.height]
+        calls = CallIndex.build(
+            pl.concat(runtime) if runtime else pl.DataFrame(schema=RUNTIME_SCHEMA)
+        )
+        del runtime
+        ops = collect_ops(
+            label,
+            _op_batches(export, raw),
+            calls,
+            chunk_ops=chunk_ops,
+            spill_dir=Path(spill_dir) if spill_dir is not None else None,
+        )
+    finally:
+        export.close()
     gpus = raw.frame(T.TARGET_GPU)
     warnings = list(raw.warnings)
     if raw.missing_tables:
@@ -62,26 +115,20 @@ def load_trace(path: str | Path, label: str) -> LoadedTrace:
         if gpus is not None and "name" in gpus.columns
         else [],
         driver_version=raw.driver_version,
-        norm=norm,
-        warnings=warnings + norm.warnings,
+        ranges=ranges,
+        marks=nvtx_marks(raw),
+        ops=ops,
+        n_calls=calls.n_calls,
+        n_duplicated_calls=calls.n_duplicated,
+        warnings=warnings + range_warnings,
     )
 
 
-def shift(norm: Normalized, offset_ns: int) -> Normalized:
-    """The same frames with every timestamp moved by ``offset_ns`` (onto the run's clock)."""
+def shifted(frame: pl.DataFrame, offset_ns: int, columns: Sequence[str]) -> pl.DataFrame:
+    """``frame`` with ``columns`` moved by ``offset_ns`` (onto the run's clock)."""
     if offset_ns == 0:
-        return norm
-
-    def moved(frame: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
-        return frame.with_columns(pl.col(c) + offset_ns for c in columns)
-
-    return Normalized(
-        ranges=moved(norm.ranges, ("start_ns", "end_ns")),
-        ops=moved(norm.ops, ("start_ns", "end_ns")),
-        runtime=moved(norm.runtime, ("start_ns", "end_ns")),
-        marks=moved(norm.marks, ("ts_ns",)),
-        warnings=norm.warnings,
-    )
+        return frame
+    return frame.with_columns(pl.col(c) + offset_ns for c in columns)
 
 
 def load_all(
@@ -91,14 +138,22 @@ def load_all(
     jobs: int = 1,
     engine: Engine = "process",
     on_done: Callable[[str], None] | None = None,
+    chunk_ops: int = DEFAULT_CHUNK_OPS,
+    spill_dir: Path | None = None,
 ) -> list[LoadedTrace]:
-    """Load every export; ``jobs > 1`` (or ``engine="ray"``) runs files in parallel."""
+    """Load every export; ``jobs > 1`` (or ``engine="ray"``) runs files in parallel.
+
+    ``spill_dir`` must be readable by this process wherever the loads run (with Ray on a
+    cluster: a shared file system, like the exports themselves).
+    """
+    options = {"chunk_ops": chunk_ops, "spill_dir": spill_dir}
+    load = partial(load_trace, **options)
     if engine == "ray":
-        return _load_ray(paths, labels, on_done)
+        return _load_ray(options, paths, labels, on_done)
     if jobs <= 1 or len(paths) <= 1 or engine == "serial":
         loaded = []
         for path, label in zip(paths, labels, strict=True):
-            loaded.append(load_trace(path, label))
+            loaded.append(load(path, label))
             if on_done:
                 on_done(label)
         return loaded
@@ -107,7 +162,7 @@ def load_all(
         max_workers=min(jobs, len(paths)), mp_context=get_context("spawn")
     ) as pool:
         futures = [
-            pool.submit(load_trace, path, label) for path, label in zip(paths, labels, strict=True)
+            pool.submit(load, path, label) for path, label in zip(paths, labels, strict=True)
         ]
         loaded = []
         for future, label in zip(futures, labels, strict=True):
@@ -118,7 +173,10 @@ def load_all(
 
 
 def _load_ray(
-    paths: Sequence[Path], labels: Sequence[str], on_done: Callable[[str], None] | None
+    options: dict,
+    paths: Sequence[Path],
+    labels: Sequence[str],
+    on_done: Callable[[str], None] | None,
 ) -> list[LoadedTrace]:
     try:
         import ray
@@ -132,7 +190,9 @@ def _load_ray(
             log_to_driver=False,
         )
     task = ray.remote(load_trace)
-    refs = [task.remote(str(path), label) for path, label in zip(paths, labels, strict=True)]
+    refs = [
+        task.remote(str(path), label, **options) for path, label in zip(paths, labels, strict=True)
+    ]
     loaded = []
     for ref, label in zip(refs, labels, strict=True):
         try:

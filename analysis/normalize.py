@@ -188,71 +188,75 @@ def nvtx_ranges(raw: RawTrace, *, offset_ns: int = 0) -> tuple[pl.DataFrame, lis
     return frame.cast(RANGES_SCHEMA), warnings  # type: ignore[arg-type]
 
 
-def gpu_ops(raw: RawTrace, *, offset_ns: int = 0) -> pl.DataFrame:
-    """Kernels, memcpys and memsets in one frame, each with its class and display name."""
-    strings = _strings(raw)
-    device_prefix = f"{raw.host}:" if raw.host else ""
-    parts: list[pl.DataFrame] = []
+#: The GPU operation tables, in the order their rows are numbered (``op_id``).
+OP_TABLES = {"kernel": T.KERNELS, "memcpy": T.MEMCPY, "memset": T.MEMSET}
 
-    kernels = raw.frame(T.KERNELS)
-    if kernels is not None and not kernels.is_empty():
-        kernels = _with_string(kernels, strings, "demangledName", "name")
-        kernels = _with_string(kernels, strings, "shortName", "short")
-        parts.append(
-            kernels.with_columns(
-                pl.lit("kernel").alias("kind"),
-                kernel_class_expr(pl.coalesce("short", "name").fill_null("")).alias("op_class"),
-                pl.lit(0, dtype=pl.Int64).alias("bytes"),
-            )
+
+def strings_of(raw: RawTrace) -> pl.DataFrame:
+    """The export's string table (``id, value``), empty when absent."""
+    return _strings(raw)
+
+
+def gpu_op_rows(
+    kind: str,
+    frame: pl.DataFrame,
+    strings: pl.DataFrame,
+    *,
+    label: str,
+    host: str,
+    offset_ns: int = 0,
+) -> pl.DataFrame:
+    """Rows of one GPU operation table (``kind``: kernel, memcpy or memset) in the ops layout."""
+    if kind == "kernel":
+        frame = _with_string(frame, strings, "demangledName", "name")
+        frame = _with_string(frame, strings, "shortName", "short")
+        frame = frame.with_columns(
+            kernel_class_expr(pl.coalesce("short", "name").fill_null("")).alias("op_class"),
+            pl.lit(0, dtype=pl.Int64).alias("bytes"),
         )
-    memcpy = raw.frame(T.MEMCPY)
-    if memcpy is not None and not memcpy.is_empty():
-        parts.append(
-            memcpy.with_columns(
-                pl.lit("memcpy").alias("kind"),
-                memcpy_class_expr(pl.col("copyKind")).alias("op_class"),
-            ).with_columns(pl.format("[CUDA memcpy {}]", pl.col("op_class")).alias("name"))
+    elif kind == "memcpy":
+        frame = frame.with_columns(
+            memcpy_class_expr(pl.col("copyKind")).alias("op_class")
+        ).with_columns(pl.format("[CUDA memcpy {}]", pl.col("op_class")).alias("name"))
+    else:
+        frame = frame.with_columns(
+            pl.lit(OpClass.MEMSET.value).alias("op_class"),
+            pl.lit("[CUDA memset]").alias("name"),
         )
-    memset = raw.frame(T.MEMSET)
-    if memset is not None and not memset.is_empty():
-        parts.append(
-            memset.with_columns(
-                pl.lit("memset").alias("kind"),
-                pl.lit(OpClass.MEMSET.value).alias("op_class"),
-                pl.lit("[CUDA memset]").alias("name"),
-            )
-        )
-    if not parts:
-        return pl.DataFrame(schema=OPS_SCHEMA)
-    columns = [
-        pl.lit(raw.label).alias("trace"),
+    device_prefix = f"{host}:" if host else ""
+    return frame.select(
+        pl.lit(label).alias("trace"),
         pl.col("globalPid").alias("gpid"),
         pid_of(pl.col("globalPid")).alias("pid"),
         (pl.lit(device_prefix) + pl.col("deviceId").cast(pl.String)).alias("device"),
         pl.col("streamId").alias("stream"),
-        pl.col("kind"),
+        pl.lit(kind).alias("kind"),
         pl.col("op_class"),
         pl.col("name"),
         (pl.col("start") + offset_ns).alias("start_ns"),
         (pl.col("end") + offset_ns).alias("end_ns"),
         pl.col("bytes"),
         pl.col("correlationId").alias("correlation_id"),
+    ).cast(OPS_SCHEMA)  # type: ignore[arg-type]
+
+
+def gpu_ops(raw: RawTrace, *, offset_ns: int = 0) -> pl.DataFrame:
+    """Kernels, memcpys and memsets in one frame, each with its class and display name."""
+    strings = _strings(raw)
+    parts = [
+        gpu_op_rows(kind, frame, strings, label=raw.label, host=raw.host, offset_ns=offset_ns)
+        for kind, spec in OP_TABLES.items()
+        if (frame := raw.frame(spec)) is not None and not frame.is_empty()
     ]
-    return pl.concat(
-        [p.select(columns).cast(OPS_SCHEMA) for p in parts],  # type: ignore[arg-type]
-        how="vertical",
-    )
+    return pl.concat(parts, how="vertical") if parts else pl.DataFrame(schema=OPS_SCHEMA)
 
 
-def runtime_calls(raw: RawTrace, *, offset_ns: int = 0) -> pl.DataFrame:
-    """CUDA runtime/driver API calls that carry a correlation id (the launches)."""
-    runtime = raw.frame(T.RUNTIME)
-    if runtime is None or runtime.is_empty():
-        return pl.DataFrame(schema=RUNTIME_SCHEMA)
+def runtime_rows(frame: pl.DataFrame, *, label: str, offset_ns: int = 0) -> pl.DataFrame:
+    """Runtime/driver API rows that carry a correlation id (the launches), in runtime layout."""
     return (
-        runtime.filter(pl.col("correlationId").is_not_null() & (pl.col("correlationId") != 0))
+        frame.filter(pl.col("correlationId").is_not_null() & (pl.col("correlationId") != 0))
         .select(
-            pl.lit(raw.label).alias("trace"),
+            pl.lit(label).alias("trace"),
             pl.col("globalTid").alias("gtid"),
             pid_of(pl.col("globalTid")).alias("pid"),
             (pl.col("start") + offset_ns).alias("start_ns"),
@@ -261,6 +265,14 @@ def runtime_calls(raw: RawTrace, *, offset_ns: int = 0) -> pl.DataFrame:
         )
         .cast(RUNTIME_SCHEMA)  # type: ignore[arg-type]
     )
+
+
+def runtime_calls(raw: RawTrace, *, offset_ns: int = 0) -> pl.DataFrame:
+    """CUDA runtime/driver API calls that carry a correlation id (the launches)."""
+    runtime = raw.frame(T.RUNTIME)
+    if runtime is None or runtime.is_empty():
+        return pl.DataFrame(schema=RUNTIME_SCHEMA)
+    return runtime_rows(runtime, label=raw.label, offset_ns=offset_ns)
 
 
 def normalize(raw: RawTrace, *, offset_ns: int = 0) -> Normalized:

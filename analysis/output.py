@@ -40,7 +40,7 @@ def write_outputs(analysis: Analysis, out: str | Path) -> list[Path]:
         atomic_write(out / "phases.parquet", analysis.phases.write_parquet),
         atomic_write(out / "phases.csv", analysis.phases.write_csv),
         atomic_write(out / "phase_devices.parquet", analysis.phase_devices.write_parquet),
-        atomic_write(out / "gpu_activity.parquet", analysis.gpu_activity.write_parquet),
+        atomic_write(out / "gpu_activity.parquet", _activity_writer(analysis.gpu_activity)),
         atomic_write(
             out / "kernels.csv",
             analysis.kernels.with_columns(pl.col("op_class").cast(pl.String)).write_csv,
@@ -57,6 +57,13 @@ def write_outputs(analysis: Analysis, out: str | Path) -> list[Path]:
         ),
     ]
     return written
+
+
+def _activity_writer(activity: pl.DataFrame | pl.LazyFrame) -> Callable[[Path], None]:
+    # a big run's activity is a lazy scan of per-bucket parts: stream it, never collect it
+    if isinstance(activity, pl.LazyFrame):
+        return lambda path: activity.sink_parquet(path)
+    return activity.write_parquet
 
 
 def load_analysis(folder: str | Path) -> Analysis:

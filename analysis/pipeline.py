@@ -6,7 +6,11 @@ attribute over the whole run (reduce): the window scheme needs every process's r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import itertools
+import shutil
+import tempfile
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,10 +19,13 @@ import polars as pl
 from analysis import aggregate, attribute, energy
 from analysis.align import clock_offsets
 from analysis.hierarchy import build_hierarchy
-from analysis.loading import Engine, load_all, shift
-from analysis.normalize import MARKS_SCHEMA, OPS_SCHEMA, RANGES_SCHEMA, RUNTIME_SCHEMA
+from analysis.intervals import BusyAccumulator
+from analysis.launches import CALL_COLUMNS, duplicate_warning, orphan_warning
+from analysis.loading import Engine, load_all, shifted
+from analysis.normalize import MARKS_SCHEMA, OPS_SCHEMA, RANGES_SCHEMA
+from analysis.ops_store import DEFAULT_CHUNK_OPS
 from analysis.phase_map import PhaseMap, default_phase_map
-from analysis.power import PowerData, align, load_samples
+from analysis.power import PowerData, align, busy_blocks, idle_guard_ns, load_samples
 
 PROJECTION = "projection"
 WINDOW = "window"
@@ -30,7 +37,9 @@ class Analysis:
 
     phases: pl.DataFrame
     phase_devices: pl.DataFrame
-    gpu_activity: pl.DataFrame
+    #: One row per GPU operation; for a run attributed in several buckets, a lazy scan of
+    #: Parquet parts in a temporary folder that lives as long as this object.
+    gpu_activity: pl.DataFrame | pl.LazyFrame
     kernels: pl.DataFrame
     steps: pl.DataFrame
     summary: dict
@@ -71,37 +80,88 @@ def analyze(
     jobs: int = 1,
     engine: Engine = "process",
     on_file_done: Callable[[str], None] | None = None,
+    chunk_ops: int = DEFAULT_CHUNK_OPS,
+    spill_dir: str | Path | None = None,
 ) -> Analysis:
     """Analyze one run given as one or more nsys SQLite exports (one per process or node).
 
     ``power_files``: NVML sampler Parquet files; by default those found beside the traces
     (:func:`find_power_files`); pass ``[]`` for none. ``jobs``/``engine``: read files in a
     process pool or as Ray tasks (:mod:`analysis.loading`); the result does not depend on them.
+    ``chunk_ops``: most GPU operations held in memory at once; bigger runs are spilled to
+    Parquet in ``spill_dir`` (default: a temporary folder) and attributed one time bucket at
+    a time, with the same result.
     """
     phase_map = phase_map or default_phase_map()
     paths = [Path(p) for p in paths]
     labels = _unique_labels(paths)
+    work = Path(tempfile.mkdtemp(prefix="nvtx-phases-", dir=spill_dir))
+    try:
+        result = _analyze(
+            paths,
+            labels,
+            work,
+            phase_map=phase_map,
+            power_files=power_files,
+            idle_power_w=idle_power_w,
+            progress=progress,
+            jobs=jobs,
+            engine=engine,
+            on_file_done=on_file_done,
+            chunk_ops=chunk_ops,
+        )
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    # the operations spilled while reading are done with; activity parts back
+    # result.gpu_activity and go when the result does
+    shutil.rmtree(work / "ops", ignore_errors=True)
+    if (work / "activity").exists():
+        weakref.finalize(result, shutil.rmtree, work, True)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def _analyze(
+    paths: list[Path],
+    labels: list[str],
+    work: Path,
+    *,
+    phase_map: PhaseMap,
+    power_files: Sequence[str | Path] | None,
+    idle_power_w: float | None,
+    progress: Callable[[str], None] | None,
+    jobs: int,
+    engine: Engine,
+    on_file_done: Callable[[str], None] | None,
+    chunk_ops: int,
+) -> Analysis:
     if progress:
         progress(f"reading {len(paths)} export(s)")
-    loaded = load_all(paths, labels, jobs=jobs, engine=engine, on_done=on_file_done)
+    (work / "ops").mkdir()
+    loaded = load_all(
+        paths,
+        labels,
+        jobs=jobs,
+        engine=engine,
+        on_done=on_file_done,
+        chunk_ops=chunk_ops,
+        spill_dir=work / "ops",
+    )
     offsets, warnings = clock_offsets(loaded)
-    ranges, ops, runtime, marks = [], [], [], []
     for trace in loaded:
         warnings.extend(trace.warnings)
-        norm = shift(trace.norm, offsets[trace.label])
-        ranges.append(norm.ranges)
-        ops.append(norm.ops)
-        runtime.append(norm.runtime)
-        marks.append(norm.marks)
-    if progress:
-        progress("attributing")
-    all_ranges = _concat(ranges, RANGES_SCHEMA)
-    all_ops = (
-        _concat(ops, OPS_SCHEMA)
-        .with_row_index("op_id")
-        .with_columns(pl.col("op_id").cast(pl.Int64))
+    ranges = _concat(
+        [shifted(t.ranges, offsets[t.label], ("start_ns", "end_ns")) for t in loaded],
+        RANGES_SCHEMA,
     )
-    all_runtime = _concat(runtime, RUNTIME_SCHEMA)
+    marks = _concat([shifted(t.marks, offsets[t.label], ("ts_ns",)) for t in loaded], MARKS_SCHEMA)
+    devices = sorted({d for t in loaded for d in t.ops.devices})
+    n_ops = sum(t.ops.n_ops for t in loaded)
+    launch_warnings = duplicate_warning(sum(t.n_duplicated_calls for t in loaded)) + orphan_warning(
+        sum(t.ops.n_orphans for t in loaded), n_ops, sum(t.n_calls for t in loaded)
+    )
     power_paths = (
         [Path(p) for p in power_files] if power_files is not None else find_power_files(paths)
     )
@@ -112,13 +172,40 @@ def analyze(
         known = [t.session_start_utc_ns for t in loaded if t.session_start_utc_ns is not None]
         power = align(
             load_samples(power_paths),
-            _concat(marks, MARKS_SCHEMA),
+            marks,
             origin_utc_ns=min(known) if known else None,
-            op_devices=all_ops["device"].unique().to_list(),
+            op_devices=devices,
         )
         warnings.extend(power.warnings)
-    result = attribute_run(
-        all_ranges, all_ops, all_runtime, phase_map, power=power, idle_power_w=idle_power_w
+    edges = bucket_edges([t.ops.start_sample + offsets[t.label] for t in loaded], n_ops, chunk_ops)
+    bases = dict(
+        zip(labels, itertools.accumulate([0, *(t.ops.n_ops for t in loaded)]), strict=False)
+    )
+
+    def buckets() -> Iterator[Bucket]:
+        for number, (lo, hi) in enumerate(edges, start=1):
+            if progress and len(edges) > 1:
+                progress(f"attributing time bucket {number}/{len(edges)}")
+            parts = [
+                t.ops.between(lo, hi, offsets[t.label]).with_columns(
+                    (pl.col("op_local") + bases[t.label]).alias("op_id")
+                )
+                for t in loaded
+            ]
+            yield Bucket(lo, hi, pl.concat(parts).sort("op_id").drop("op_local"))
+
+    if progress:
+        progress(f"attributing {n_ops:,} GPU operations in {len(edges)} bucket(s)")
+    result = attribute_buckets(
+        ranges,
+        pl.concat([t.ops.launch_threads for t in loaded]).unique(),
+        devices,
+        buckets(),
+        phase_map,
+        power=power,
+        idle_power_w=idle_power_w,
+        launch_warnings=launch_warnings,
+        activity_dir=work / "activity" if len(edges) > 1 else None,
     )
     result.warnings[:0] = warnings
     result.summary.update(
@@ -137,11 +224,39 @@ def analyze(
             for t in loaded
         ],
         missing_tables=sorted({m for t in loaded for m in t.missing_tables}),
-        n_ranges=all_ranges.height,
+        n_ranges=ranges.height,
+        n_buckets=len(edges),
         power_files=[str(p) for p in power_paths],
         warnings=result.warnings,
     )
     return result
+
+
+@dataclass
+class Bucket:
+    """The GPU operations (with ``op_id``, linked to launches) starting in ``[lo_ns, hi_ns)``."""
+
+    lo_ns: int | None
+    hi_ns: int | None
+    ops: pl.DataFrame
+
+
+def bucket_edges(
+    samples: Sequence[pl.Series], n_ops: int, chunk_ops: int
+) -> list[tuple[int | None, int | None]]:
+    """Time buckets ``[lo, hi)`` (None: open end) of about ``chunk_ops`` operations each.
+
+    Edges are placed on quantiles of the sampled start times; the result never depends on
+    where they fall (tested), only the memory held at once does.
+    """
+    if n_ops <= chunk_ops:
+        return [(None, None)]
+    starts = pl.concat(list(samples)).sort()
+    n_buckets = -(-n_ops // chunk_ops)
+    picks = [starts[(len(starts) * k) // n_buckets] for k in range(1, n_buckets)]
+    cuts = sorted(set(int(p) for p in picks))
+    bounds: list[int | None] = [None, *cuts, None]
+    return list(itertools.pairwise(bounds))
 
 
 def attribute_run(
@@ -152,17 +267,63 @@ def attribute_run(
     *,
     power: PowerData | None = None,
     idle_power_w: float | None = None,
+    edges: Sequence[int] = (),
 ) -> Analysis:
-    """The pure core: tidy frames of a whole run (one clock) → :class:`Analysis`."""
+    """The pure core on in-memory frames of a whole run (one clock) → :class:`Analysis`.
+
+    ``ops`` need an ``op_id`` column. ``edges``: bucket the operations at these instants
+    (for tests: the result must not change).
+    """
+    launches = attribute.link_launches(ops, runtime)
+    linked = launches.ops
+    bounds: list[int | None] = [None, *sorted(set(edges)), None]
+    buckets = (
+        Bucket(
+            lo,
+            hi,
+            linked.filter(
+                (pl.col("start_ns") >= lo if lo is not None else pl.lit(True))
+                & (pl.col("start_ns") < hi if hi is not None else pl.lit(True))
+            ),
+        )
+        for lo, hi in itertools.pairwise(bounds)
+    )
+    return attribute_buckets(
+        ranges,
+        launches.launch_threads,
+        sorted(linked["device"].drop_nulls().unique().to_list()),
+        buckets,
+        phase_map,
+        power=power,
+        idle_power_w=idle_power_w,
+        launch_warnings=launches.warnings,
+    )
+
+
+def attribute_buckets(
+    ranges: pl.DataFrame,
+    launch_threads: pl.DataFrame,
+    devices: list[str],
+    buckets: Iterable[Bucket],
+    phase_map: PhaseMap,
+    *,
+    power: PowerData | None = None,
+    idle_power_w: float | None = None,
+    launch_warnings: Sequence[str] = (),
+    activity_dir: Path | None = None,
+) -> Analysis:
+    """Attribute a run's operations, bucket by bucket in time order, to its phase ranges.
+
+    Everything per range is a sum, min, max or set over operations, except busy time (a
+    union), which :class:`~analysis.intervals.BusyAccumulator` carries across buckets; so the
+    result equals a single pass. ``activity_dir``: write each bucket's per-operation rows
+    there (``gpu_activity`` is then a lazy scan of them) instead of holding them in memory.
+    """
     hierarchy = build_hierarchy(ranges, phase_map)
     phases = hierarchy.phases
-    warnings = list(hierarchy.warnings)
-    launches = attribute.link_launches(ops, runtime)
-    warnings.extend(launches.warnings)
-    ops = launches.ops
-
+    warnings = [*hierarchy.warnings, *launch_warnings]
     on_launch_thread = phases.join(
-        launches.launch_threads.with_columns(pl.lit(True).alias("launches")),
+        launch_threads.with_columns(pl.lit(True).alias("launches")),
         on=attribute.THREAD,
         how="left",
     )["launches"].fill_null(False)
@@ -176,15 +337,19 @@ def attribute_run(
     window_ranges = phases.filter(pl.col("attribution") == WINDOW)
     timeline = window_ranges if window_ranges.height else phases
     timeline_source = "driver" if window_ranges.height else "all"
+    boundaries, innermost = attribute.window_layout(timeline)
 
-    # projection
-    pairs = attribute.projection_pairs(ops, proj_ranges)
-    proj_metrics = aggregate.projection_metrics(pairs, ops, phases)
+    sums = _RunSums(devices, activity_dir, power)
+    for bucket in buckets:
+        sums.add(bucket, proj_ranges, boundaries, innermost, phases, hierarchy.steps)
+    proj_metrics = aggregate.merge_projection(
+        sums.proj_sums or [_EMPTY_SUMS_RID],
+        _concat(sums.proj_devices, {"rid": pl.Int64, "device": pl.String}).unique(),
+        sums.proj_busy.result(),
+    )
+    seg_dev = aggregate.merge_segments(sums.seg_sums or [_EMPTY_SUMS_SEG], sums.seg_busy.result())
 
-    # window
-    pieces, boundaries, innermost = attribute.window_pieces(ops, timeline)
-    seg_dev = aggregate.segment_device_metrics(pieces)
-    n_devices = ops["device"].n_unique()
+    n_devices = len(devices)
     range_segs = attribute.range_segments(window_ranges, boundaries)
     per_device, win_metrics = aggregate.window_metrics(range_segs, seg_dev)
     win_metrics = (
@@ -203,7 +368,11 @@ def attribute_run(
     energy_summary: dict = {"power_source": None}
     if power is not None and power.samples.height:
         range_energy, device_energy, idle = energy.phase_energy(
-            phases, pairs, ops, power, idle_power_w=idle_power_w
+            phases,
+            _concat(sums.proj_devices, {"rid": pl.Int64, "device": pl.String}).unique(),
+            sums.blocks(),
+            power,
+            idle_power_w=idle_power_w,
         )
         metrics = metrics.join(range_energy, on="rid", how="full", coalesce=True)
         per_device = per_device.join(device_energy, on=["rid", "device"], how="full", coalesce=True)
@@ -232,35 +401,19 @@ def attribute_run(
             pl.lit(None, dtype=dtype).alias(name) for name, dtype in energy.ENERGY_COLUMNS.items()
         )
     table = aggregate.phase_table(phases, metrics)
-    devices = _phase_devices(phases, per_device, ops)
-    activity = _gpu_activity(ops, pairs, pieces, phases, hierarchy.steps)
-    total = int((ops["end_ns"] - ops["start_ns"]).sum()) if ops.height else 0
-    window_attr = int(pieces.filter(pl.col("rid").is_not_null())["overlap_ns"].sum())
-    proj_attr = int(activity.filter(pl.col("projection_path").is_not_null())["dur_ns"].sum())
     summary = {
-        "total_gpu_ns": total,
-        "attributed_gpu_ns": window_attr,
-        "unattributed_gpu_ns": total - window_attr,
-        "projection_attributed_gpu_ns": proj_attr,
-        "projection_unattributed_gpu_ns": total - proj_attr,
+        **sums.totals(),
         "window_timeline": timeline_source,
         "n_phase_ranges": phases.height,
-        "n_gpu_ops": ops.height,
-        "n_kernels": int((ops["kind"] == "kernel").sum()),
         "n_devices": n_devices,
         "n_steps": hierarchy.steps.height,
-        "kernel_ns": int(activity.filter(pl.col("kind") == "kernel")["dur_ns"].sum()),
-        "nccl_ns": int(activity.filter(pl.col("op_class") == "nccl")["dur_ns"].sum()),
-        "memcpy_ns": int(activity.filter(pl.col("kind") == "memcpy")["dur_ns"].sum()),
-        "memcpy_bytes": int(activity.filter(pl.col("kind") == "memcpy")["bytes"].sum()),
-        "memset_ns": int(activity.filter(pl.col("kind") == "memset")["dur_ns"].sum()),
         **energy_summary,
     }
     return Analysis(
         phases=table,
-        phase_devices=devices,
-        gpu_activity=activity,
-        kernels=aggregate.kernel_table(ops),
+        phase_devices=_phase_devices(phases, per_device, devices),
+        gpu_activity=sums.activity(),
+        kernels=aggregate.kernel_table(sums.kernels or [aggregate.kernel_partial(_EMPTY_OPS)]),
         steps=hierarchy.steps,
         summary=summary,
         warnings=warnings,
@@ -268,8 +421,144 @@ def attribute_run(
     )
 
 
+class _RunSums:
+    """What :func:`attribute_buckets` keeps of each bucket.
+
+    Partial sums, busy accumulators, the per-operation rows (in memory or written out) and the
+    run's totals.
+    """
+
+    def __init__(
+        self, devices: list[str], activity_dir: Path | None, power: PowerData | None
+    ) -> None:
+        self.proj_sums: list[pl.DataFrame] = []
+        self.proj_devices: list[pl.DataFrame] = []
+        self.proj_busy = BusyAccumulator({"rid": pl.Int64, "device": pl.String})
+        self.seg_sums: list[pl.DataFrame] = []
+        self.seg_busy = BusyAccumulator({"seg": pl.Int64, "device": pl.String})
+        self.kernels: list[pl.DataFrame] = []
+        self.activity_dir = activity_dir
+        self.activity_parts: list[pl.DataFrame] = []
+        self.activity_files: list[Path] = []
+        self._blocks: list[pl.DataFrame] = []
+        self._merge_gap_ns = 2 * idle_guard_ns(power.interval_ns) if power is not None else None
+        self._totals: dict[str, int] = dict.fromkeys(_TOTALS, 0)
+
+    def add(
+        self,
+        bucket: Bucket,
+        proj_ranges: pl.DataFrame,
+        boundaries: pl.Series,
+        innermost: pl.DataFrame,
+        phases: pl.DataFrame,
+        steps: pl.DataFrame,
+    ) -> None:
+        """Attribute one bucket's operations and keep what the run needs of them."""
+        ops = bucket.ops
+        pairs = attribute.projection_pairs(ops, proj_ranges)
+        proj_sums, proj_devices, proj_busy = aggregate.projection_partials(pairs, ops, proj_ranges)
+        self.proj_sums.append(proj_sums)
+        self.proj_devices.append(proj_devices)
+        self.proj_busy.add(proj_busy, bucket.hi_ns)
+        pieces = attribute.window_pieces(ops, boundaries, innermost)
+        seg_sums, seg_busy = aggregate.segment_partials(pieces)
+        self.seg_sums.append(seg_sums)
+        self.seg_busy.add(seg_busy, bucket.hi_ns)
+        self.kernels.append(aggregate.kernel_partial(ops))
+        if self._merge_gap_ns is not None:
+            self._blocks.append(busy_blocks(ops, merge_gap_ns=self._merge_gap_ns))
+        activity = _gpu_activity(ops, pairs, pieces, phases, steps)
+        self._count(ops, pieces, activity)
+        if self.activity_dir is None:
+            self.activity_parts.append(activity)
+        else:
+            self.activity_dir.mkdir(exist_ok=True)
+            part = self.activity_dir / f"part-{len(self.activity_files):05d}.parquet"
+            activity.write_parquet(part)
+            self.activity_files.append(part)
+
+    def _count(self, ops: pl.DataFrame, pieces: pl.DataFrame, activity: pl.DataFrame) -> None:
+        kind, dur = pl.col("kind"), pl.col("dur_ns")
+        counted = activity.select(
+            dur.sum().alias("total_gpu_ns"),
+            dur.filter(pl.col("projection_path").is_not_null())
+            .sum()
+            .alias("projection_attributed_gpu_ns"),
+            pl.len().alias("n_gpu_ops"),
+            (kind == "kernel").sum().alias("n_kernels"),
+            dur.filter(kind == "kernel").sum().alias("kernel_ns"),
+            dur.filter(pl.col("op_class") == "nccl").sum().alias("nccl_ns"),
+            dur.filter(kind == "memcpy").sum().alias("memcpy_ns"),
+            pl.col("bytes").filter(kind == "memcpy").sum().alias("memcpy_bytes"),
+            dur.filter(kind == "memset").sum().alias("memset_ns"),
+        ).row(0, named=True)
+        counted["attributed_gpu_ns"] = pieces.filter(pl.col("rid").is_not_null())[
+            "overlap_ns"
+        ].sum()
+        for name in _TOTALS:
+            self._totals[name] += int(counted[name] or 0)
+
+    def totals(self) -> dict[str, int]:
+        """The run's GPU time totals, attributed and not, under both schemes, and counts."""
+        t = self._totals
+        return {
+            "total_gpu_ns": t["total_gpu_ns"],
+            "attributed_gpu_ns": t["attributed_gpu_ns"],
+            "unattributed_gpu_ns": t["total_gpu_ns"] - t["attributed_gpu_ns"],
+            "projection_attributed_gpu_ns": t["projection_attributed_gpu_ns"],
+            "projection_unattributed_gpu_ns": t["total_gpu_ns"] - t["projection_attributed_gpu_ns"],
+            **{k: t[k] for k in _TOTALS if k.startswith(("n_", "kernel", "nccl", "mem"))},
+        }
+
+    def blocks(self) -> pl.DataFrame:
+        """Busy stretches per device over the whole run (for the idle power baseline)."""
+        frames = self._blocks or [pl.DataFrame(schema={k: OPS_SCHEMA[k] for k in _BLOCK})]
+        return busy_blocks(pl.concat(frames), merge_gap_ns=self._merge_gap_ns or 0)
+
+    def activity(self) -> pl.DataFrame | pl.LazyFrame:
+        """Every operation's row: in memory, or a lazy scan of the parts written per bucket."""
+        if self.activity_files:
+            return pl.scan_parquet(self.activity_files)
+        if self.activity_parts:
+            return pl.concat(self.activity_parts)
+        return _gpu_activity(
+            _EMPTY_OPS,
+            pl.DataFrame(schema={"op_id": pl.Int64, "rid": pl.Int64}),
+            attribute.window_pieces(_EMPTY_OPS, pl.Series([], dtype=pl.Int64), _EMPTY_INNERMOST),
+            pl.DataFrame(
+                schema={"rid": pl.Int64, "path": pl.String, "step": pl.Int64, "level": pl.Int32}
+            ),
+            pl.DataFrame(),
+        )
+
+
+_TOTALS = (
+    "total_gpu_ns",
+    "attributed_gpu_ns",
+    "projection_attributed_gpu_ns",
+    "n_gpu_ops",
+    "n_kernels",
+    "kernel_ns",
+    "nccl_ns",
+    "memcpy_ns",
+    "memcpy_bytes",
+    "memset_ns",
+)
+_BLOCK = ("device", "start_ns", "end_ns")
+_EMPTY_OPS = pl.DataFrame(schema={**OPS_SCHEMA, **CALL_COLUMNS, "op_id": pl.Int64})
+_EMPTY_INNERMOST = pl.DataFrame(schema={"seg": pl.Int64, "rid": pl.Int64})
+_EMPTY_SUMS_RID = aggregate.projection_partials(
+    pl.DataFrame(schema={"op_id": pl.Int64, "rid": pl.Int64}),
+    _EMPTY_OPS,
+    pl.DataFrame(schema={"rid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}),
+)[0]
+_EMPTY_SUMS_SEG = aggregate.segment_partials(
+    attribute.window_pieces(_EMPTY_OPS, pl.Series([], dtype=pl.Int64), _EMPTY_INNERMOST)
+)[0]
+
+
 def _phase_devices(
-    phases: pl.DataFrame, per_device: pl.DataFrame, ops: pl.DataFrame
+    phases: pl.DataFrame, per_device: pl.DataFrame, run_devices: list[str]
 ) -> pl.DataFrame:
     """Window phases per device: where each rank's GPU was busy or idle during a driver phase."""
     keys = ["trace", "pid", "step", "path", "phase"]
@@ -279,7 +568,12 @@ def _phase_devices(
         pl.col("name").alias("phase"),
         (pl.col("end_ns") - pl.col("start_ns")).alias("wall_ns"),
     )
-    devices = pl.concat([ops.select("device"), per_device.select("device")]).unique()
+    devices = pl.concat(
+        [
+            pl.DataFrame({"device": run_devices}, schema={"device": pl.String}),
+            per_device.select("device"),
+        ]
+    ).unique()
     grid = window.join(devices, how="cross").join(per_device, on=["rid", "device"], how="left")
     filled = grid.with_columns(
         [pl.col(m).fill_null(0) for m in (*aggregate.METRICS, "gpu_busy_ns")]
@@ -304,7 +598,8 @@ def _phase_devices(
             *(pl.col(m).sum() for m in aggregate.METRICS),
             *energy_aggs,
         )
-        .sort(["step", "path", "device"], nulls_last=True)
+        # every key: rows of several traces share (step, path, device)
+        .sort(["step", "path", "device", "trace", "pid", "phase"], nulls_last=True)
     )
 
 

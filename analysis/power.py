@@ -238,20 +238,28 @@ def _samples_inside(cum: pl.DataFrame, intervals: pl.DataFrame) -> pl.DataFrame:
     return pl.concat(parts) if parts else pl.DataFrame(schema=schema)
 
 
-def idle_baseline(cum: pl.DataFrame, ops: pl.DataFrame, *, interval_ns: int | None) -> pl.DataFrame:
-    """Median power per device over samples taken in long GPU-idle stretches: ``idle_power_w``.
+def idle_guard_ns(interval_ns: int | None) -> int:
+    """How far from any GPU operation a sample must be to count as idle."""
+    return max(10 * (interval_ns or 0), 1_000_000)
 
-    A sample counts as idle when no operation runs on its device for at least
-    max(10 sampling intervals, 1 ms) around it, so gaps between kernels inside a busy phase do
-    not count. Devices with fewer than 5 such samples get null (then pass ``--idle-power-w``).
+
+def busy_blocks(intervals: pl.DataFrame, *, merge_gap_ns: int = 0) -> pl.DataFrame:
+    """Busy stretches per device (``device, start_ns, end_ns``).
+
+    Intervals merge when they overlap, touch, or lie less than ``merge_gap_ns`` apart.
+
+    With ``merge_gap_ns = 2 × idle_guard_ns`` the blocks are few (one per idle stretch), and
+    merging blocks of parts of a run gives the blocks of the whole run.
     """
-    guard = max(10 * (interval_ns or 0), 1_000_000)
-    busy = (
-        ops.select("device", "start_ns", "end_ns")
+    return (
+        intervals.select("device", "start_ns", "end_ns")
         .sort("device", "start_ns")
         .with_columns(pl.col("end_ns").cum_max().shift(1).over("device").alias("_reach"))
         .with_columns(
-            (pl.col("_reach").is_null() | (pl.col("start_ns") > pl.col("_reach")))
+            (
+                pl.col("_reach").is_null()
+                | (pl.col("start_ns") - pl.col("_reach") >= max(merge_gap_ns, 1))
+            )
             .cum_sum()
             .over("device")
             .alias("_block")
@@ -259,8 +267,23 @@ def idle_baseline(cum: pl.DataFrame, ops: pl.DataFrame, *, interval_ns: int | No
         .group_by("device", "_block")
         .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
         .select("device", "start_ns", "end_ns")
-        .sort("start_ns")
+        .sort("device", "start_ns")
     )
+
+
+def idle_baseline(
+    cum: pl.DataFrame, blocks: pl.DataFrame, *, interval_ns: int | None
+) -> pl.DataFrame:
+    """Median power per device over samples taken in long GPU-idle stretches: ``idle_power_w``.
+
+    A sample counts as idle when no operation runs on its device for at least
+    max(10 sampling intervals, 1 ms) around it, so gaps between kernels inside a busy phase do
+    not count. Devices with fewer than 5 such samples get null (then pass ``--idle-power-w``).
+    ``blocks``: :func:`busy_blocks` of the run's operations (merged up to 2 × that guard, which
+    changes no sample's verdict: a gap shorter than two guards holds no idle sample).
+    """
+    guard = idle_guard_ns(interval_ns)
+    busy = blocks.sort("start_ns")
     samples = cum.select("device", "t_ns", "power_w").sort("t_ns")
     prev = samples.join_asof(
         busy.rename({"start_ns": "prev_start", "end_ns": "prev_end"}),

@@ -8,11 +8,13 @@ identifiers quoted; nothing read from the file is ever executed.
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import adbc_driver_sqlite.dbapi as adbc_sqlite
 import polars as pl
+from adbc_driver_sqlite import StatementOptions
 
 from analysis import tables as T
 from analysis.errors import MissingColumns, NotAnNsysExport, TraceReadError
@@ -64,8 +66,8 @@ def sqlite_readonly_uri(path: Path) -> str:
     return "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
 
 
-class _Export:
-    """One open, read-only export; reads whole declared columns as Arrow tables."""
+class Export:
+    """One open, read-only export; reads declared columns as Arrow, whole or in batches."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -84,6 +86,7 @@ class _Export:
             raise TraceReadError(str(path), _short(exc)) from exc
 
     def close(self) -> None:
+        """Close the connection."""
         self.conn.close()
 
     def _query(self, sql: str) -> pl.DataFrame:
@@ -99,16 +102,18 @@ class _Export:
         return pl.from_arrow(arrow)  # type: ignore[return-value]
 
     def columns(self, table: str) -> list[str]:
+        """Column names of ``table`` (one of the declared tables, never a name from the file)."""
         return list(self._query(f"SELECT name FROM pragma_table_info('{table}')")["name"])
 
     def resolve_table(self, spec: TableSpec) -> str | None:
+        """The name ``spec``'s table has in this export, or None when it is absent."""
         for candidate in (spec.name, *spec.alt_names):
             if candidate in self.table_names:
                 return candidate
         return None
 
-    def read(self, spec: TableSpec) -> pl.DataFrame | None:
-        """Read the declared columns of ``spec``; None when the table is absent."""
+    def _select(self, spec: TableSpec) -> tuple[str, list[str]] | None:
+        """The SELECT for ``spec``'s declared columns, and the optional columns it lacks."""
         table = self.resolve_table(spec)
         if table is None:
             return None
@@ -127,14 +132,52 @@ class _Export:
             select.append(f"{_quote_ident(source)} AS {_quote_ident(col)}")
         if missing_required:
             raise MissingColumns(str(self.path), table, missing_required)
-        frame = self._query(f"SELECT {', '.join(select)} FROM {_quote_ident(table)}")
-        # Optional columns an older/newer schema lacks become typed nulls, so later stages see
-        # one layout; the frames that matter record which were absent in RawTrace.warnings.
-        if absent_optional:
-            frame = frame.with_columns(
-                pl.lit(None, dtype=pl.Int64).alias(c) for c in absent_optional
-            )
-        return frame
+        return f"SELECT {', '.join(select)} FROM {_quote_ident(table)}", absent_optional
+
+    def read(self, spec: TableSpec) -> pl.DataFrame | None:
+        """Read the declared columns of ``spec``; None when the table is absent."""
+        query = self._select(spec)
+        if query is None:
+            return None
+        sql, absent_optional = query
+        return _with_absent(self._query(sql), absent_optional)
+
+    def batches(self, spec: TableSpec, rows: int) -> Iterator[pl.DataFrame]:
+        """The declared columns of ``spec`` in frames of about ``rows`` rows (none if absent).
+
+        Big tables (kernels, runtime calls) stream this way so that no step holds the whole
+        table twice (Arrow and Polars) or at all.
+        """
+        query = self._select(spec)
+        if query is None:
+            return
+        sql, absent_optional = query
+        try:
+            cur = self.conn.cursor()
+            cur.adbc_statement.set_options(**{StatementOptions.BATCH_ROWS.value: str(rows)})
+            cur.execute(sql)
+            reader = cur.fetch_record_batch()
+        except Exception as exc:
+            raise TraceReadError(str(self.path), _short(exc)) from exc
+        try:
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    break
+                except Exception as exc:
+                    raise TraceReadError(str(self.path), _short(exc)) from exc
+                yield _with_absent(pl.from_arrow(batch), absent_optional)  # type: ignore[arg-type]
+        finally:
+            cur.close()
+
+
+def _with_absent(frame: pl.DataFrame, absent_optional: list[str]) -> pl.DataFrame:
+    # Optional columns an older/newer schema lacks become typed nulls, so later stages see
+    # one layout; the frames that matter record which were absent in RawTrace.warnings.
+    if absent_optional:
+        frame = frame.with_columns(pl.lit(None, dtype=pl.Int64).alias(c) for c in absent_optional)
+    return frame
 
 
 def _short(exc: Exception) -> str:
@@ -158,14 +201,18 @@ _ALWAYS_READ = (
 )
 
 
-def read_export(path: str | Path, *, label: str | None = None) -> RawTrace:
+def read_export(
+    path: str | Path, *, label: str | None = None, streamed: Collection[TableSpec] = ()
+) -> RawTrace:
     """Read one ``nsys export --type sqlite`` file.
 
     Tables the capture did not collect (lazy exports omit them) are listed in
     ``missing_tables``; a file that is not an nsys export raises :class:`NotAnNsysExport`.
+    ``streamed`` tables are only checked for presence: the caller reads them in batches
+    (:meth:`Export.batches`).
     """
     path = Path(path)
-    export = _Export(path)
+    export = Export(path)
     try:
         is_nsys = "StringIds" in export.table_names and (
             export.resolve_table(T.EXPORT_META) is not None
@@ -176,6 +223,10 @@ def read_export(path: str | Path, *, label: str | None = None) -> RawTrace:
         frames: dict[str, pl.DataFrame] = {}
         missing: list[str] = []
         for spec in (*T.DATA_TABLES, *_ALWAYS_READ):
+            if spec in streamed:
+                if export.resolve_table(spec) is None:
+                    missing.append(spec.name)
+                continue
             frame = export.read(spec)
             if frame is None:
                 if spec in T.DATA_TABLES:

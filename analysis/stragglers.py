@@ -21,8 +21,8 @@ GENERATION_PHASES = ("generate_sequences", "generation")
 
 def rank_devices(analysis: Analysis) -> pl.DataFrame:
     """The GPU each process ran most of its operations on: ``pid, device``."""
-    ops = analysis.gpu_activity
-    if ops.is_empty():
+    ops = analysis.gpu_activity.lazy()
+    if not {"pid", "device", "dur_ns"} <= set(ops.collect_schema().names()):
         return pl.DataFrame(schema={"pid": pl.Int64, "device": pl.String})
     return (
         ops.group_by("pid", "device")
@@ -30,6 +30,7 @@ def rank_devices(analysis: Analysis) -> pl.DataFrame:
         .sort("pid", "dur_ns", "device", descending=[False, True, False])
         .unique(subset="pid", keep="first", maintain_order=True)
         .select("pid", "device")
+        .collect()
     )
 
 

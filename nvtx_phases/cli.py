@@ -61,6 +61,8 @@ def _analyze_and_report(
     quiet: bool = False,
     jobs: int = 1,
     engine: str = "process",
+    chunk_ops: int | None = None,
+    spill_dir: Path | None = None,
 ) -> None:
     """Analyze, write outputs (and figures), print the table; errors become exit 2."""
     from analysis.errors import AnalysisError
@@ -100,6 +102,8 @@ def _analyze_and_report(
                 on_file_done=lambda label: bar.update(
                     reading, advance=1, description=f"read {label}"
                 ),
+                **({"chunk_ops": chunk_ops} if chunk_ops else {}),
+                spill_dir=spill_dir,
             )
             bar.update(reading, description="writing outputs")
             written = write_outputs(result, out)
@@ -164,6 +168,21 @@ def analyze(
             "existing cluster via RAY_ADDRESS). Results are the same."
         ),
     ] = "process",
+    chunk_ops: Annotated[
+        int | None,
+        typer.Option(
+            min=1000,
+            help="Most GPU operations held in memory at once (default 2,000,000, about 1.5 GB). "
+            "Bigger runs spill to Parquet and are attributed in time buckets; same result.",
+        ),
+    ] = None,
+    spill_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder for spilled operations (default: the system temp folder; with "
+            "--engine ray on a cluster, a shared file system)."
+        ),
+    ] = None,
 ) -> None:
     """Attribute GPU kernels, NCCL, memcpy, memset and energy to NVTX phases, per step and rank.
 
@@ -185,6 +204,8 @@ def analyze(
         quiet=quiet,
         jobs=jobs,
         engine=engine,
+        chunk_ops=chunk_ops,
+        spill_dir=spill_dir,
     )
 
 

@@ -40,3 +40,34 @@ def test_split_pieces_add_up_to_each_interval():
 def test_segment_index_of_instants():
     boundaries = pl.Series([10, 20])
     assert segment_index(boundaries, pl.Series([0, 10, 15, 20, 99])).to_list() == [0, 1, 1, 2, 2]
+
+
+def test_busy_accumulator_carries_intervals_across_buckets():
+    from analysis.intervals import BusyAccumulator
+
+    acc = BusyAccumulator({"dev": pl.String})
+    # bucket [.., 10): an interval running to 25 is counted to 10 and carried
+    acc.add(pl.DataFrame({"dev": ["a", "a"], "start_ns": [0, 5], "end_ns": [25, 8]}), 10)
+    # bucket [10, 20): overlaps the carried part [10, 25)
+    acc.add(pl.DataFrame({"dev": ["a", "b"], "start_ns": [12, 15], "end_ns": [30, 40]}), 20)
+    # last bucket, open-ended: nothing new; the carries close
+    acc.add(pl.DataFrame(schema={"dev": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64}), None)
+    got = acc.result().sort("dev")
+    # a: [0, 30) = 30 (not 25 + 8 + 18); b: [15, 40) = 25
+    assert got.to_dict(as_series=False) == {"dev": ["a", "b"], "busy_ns": [30, 25]}
+
+
+def test_busy_blocks_merge_gaps_below_the_threshold():
+    from analysis.power import busy_blocks
+
+    ops = pl.DataFrame(
+        {"device": ["g"] * 4, "start_ns": [0, 10, 14, 40], "end_ns": [10, 12, 20, 50]}
+    )
+    # touching intervals merge; a gap of 2 stays below 3 and merges; 20 apart does not
+    assert busy_blocks(ops).rows() == [("g", 0, 12), ("g", 14, 20), ("g", 40, 50)]
+    assert busy_blocks(ops, merge_gap_ns=3).rows() == [("g", 0, 20), ("g", 40, 50)]
+    # merging blocks of two halves gives the blocks of the whole
+    halves = pl.concat(
+        [busy_blocks(ops.head(2), merge_gap_ns=3), busy_blocks(ops.tail(2), merge_gap_ns=3)]
+    )
+    assert busy_blocks(halves, merge_gap_ns=3).rows() == [("g", 0, 20), ("g", 40, 50)]

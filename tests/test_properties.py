@@ -182,3 +182,17 @@ def test_splitting_a_run_across_files_changes_nothing(tmp_path_factory, steps, r
     key = ["pid", "step", "path", "attribution"]
     assert many.phases.select(cols).sort(key).equals(one.phases.select(cols).sort(key))
     assert many.summary["attributed_gpu_ns"] == one.summary["attributed_gpu_ns"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_runs(), st.lists(st.integers(-10, 15_000), max_size=6))
+def test_results_do_not_depend_on_bucket_edges(run, edges):
+    r, o, c = frames(run)
+    o = o.with_row_index("op_id").with_columns(pl.col("op_id").cast(pl.Int64))
+    a = attribute_run(r, o, c, default_phase_map())
+    b = attribute_run(r, o, c, default_phase_map(), edges=edges)
+    assert a.phases.equals(b.phases)
+    assert a.phase_devices.equals(b.phase_devices)
+    assert a.gpu_activity.sort("op_id").equals(b.gpu_activity.sort("op_id"))
+    assert a.kernels.equals(b.kernels)
+    assert a.summary == b.summary
