@@ -9,6 +9,7 @@ Every engine gives the same frames: results are ordered by input position, not c
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -33,6 +34,7 @@ from analysis.normalize import (
     strings_of,
 )
 from analysis.ops_store import BATCH_ROWS, DEFAULT_CHUNK_OPS, OpsStore, collect_ops
+from analysis.prefetch import Prefetched, in_threads
 from analysis.reader import Export, RawTrace, read_export
 
 Engine = Literal["serial", "process", "ray"]
@@ -58,16 +60,55 @@ class LoadedTrace:
     warnings: list[str] = field(default_factory=list)
 
 
-def _runtime_batches(export: Export, label: str) -> Iterator[pl.DataFrame]:
-    for batch in export.batches(T.RUNTIME, BATCH_ROWS):
-        yield runtime_rows(batch, label=label)
+#: Threads that read one file's runtime-call table, each a rowid slice of it.
+READ_THREADS = 2
+#: Operation batches read ahead of the linking and spilling (about 25 MB each).
+READ_AHEAD = 4
 
 
-def _op_batches(export: Export, raw: RawTrace) -> Iterator[pl.DataFrame]:
+def _slices(span: tuple[int, int] | None, n: int) -> list[tuple[int, int] | None]:
+    if span is None:
+        return [None]
+    lo, hi = span
+    cuts = [lo + (hi - lo) * k // n for k in range(n + 1)]
+    return [(a, b) for a, b in itertools.pairwise(cuts) if b > a] or [None]
+
+
+def _runtime(path: Path, label: str) -> pl.DataFrame:
+    """The launching calls (runtime layout), read as rowid slices on :data:`READ_THREADS`."""
+    export = Export(path)
+    try:
+        span = export.rowid_span(T.RUNTIME)
+    finally:
+        export.close()
+
+    def read(rowids: tuple[int, int] | None) -> list[pl.DataFrame]:
+        # one connection per thread: SQLite connections are not shared across threads here
+        part = Export(path)
+        try:
+            return [
+                runtime_rows(batch, label=label)
+                for batch in part.batches(T.RUNTIME, BATCH_ROWS, rowids=rowids)
+            ]
+        finally:
+            part.close()
+
+    frames = [
+        f for part in in_threads(read, _slices(span, READ_THREADS), READ_THREADS) for f in part
+    ]
+    frames = [f for f in frames if f.height]
+    return pl.concat(frames) if frames else pl.DataFrame(schema=RUNTIME_SCHEMA)
+
+
+def _op_batches(path: Path, raw: RawTrace) -> Iterator[pl.DataFrame]:
     strings = strings_of(raw)
-    for kind, spec in OP_TABLES.items():
-        for batch in export.batches(spec, BATCH_ROWS):
-            yield gpu_op_rows(kind, batch, strings, label=raw.label, host=raw.host)
+    export = Export(path)
+    try:
+        for kind, spec in OP_TABLES.items():
+            for batch in export.batches(spec, BATCH_ROWS):
+                yield gpu_op_rows(kind, batch, strings, label=raw.label, host=raw.host)
+    finally:
+        export.close()
 
 
 def load_trace(
@@ -80,26 +121,21 @@ def load_trace(
     """Read one export (offset 0): ranges and marks whole, operations in batches.
 
     Operations are linked to their launching calls here, per file; past ``chunk_ops`` of them
-    they go to Parquet parts in ``spill_dir`` (see :mod:`analysis.ops_store`).
+    they go to Parquet parts in ``spill_dir`` (see :mod:`analysis.ops_store`). The operation
+    tables are read in a background thread, starting while the runtime calls are read.
     """
+    path = Path(path)
     raw = read_export(path, label=label, streamed=(*OP_TABLES.values(), T.RUNTIME))
     ranges, range_warnings = nvtx_ranges(raw)
-    export = Export(Path(path))
-    try:
-        runtime = [b for b in _runtime_batches(export, label) if b.height]
-        calls = CallIndex.build(
-            pl.concat(runtime) if runtime else pl.DataFrame(schema=RUNTIME_SCHEMA)
-        )
-        del runtime
+    with Prefetched(lambda: _op_batches(path, raw), depth=READ_AHEAD) as op_batches:
+        calls = CallIndex.build(_runtime(path, label))
         ops = collect_ops(
             label,
-            _op_batches(export, raw),
+            op_batches,
             calls,
             chunk_ops=chunk_ops,
             spill_dir=Path(spill_dir) if spill_dir is not None else None,
         )
-    finally:
-        export.close()
     gpus = raw.frame(T.TARGET_GPU)
     warnings = list(raw.warnings)
     if raw.missing_tables:

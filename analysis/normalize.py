@@ -53,7 +53,7 @@ OPS_SCHEMA = {
     "stream": pl.Int64,
     "kind": pl.String,
     "op_class": OP_CLASS_DTYPE,
-    "name": pl.String,
+    "name": pl.Categorical,
     "start_ns": pl.Int64,
     "end_ns": pl.Int64,
     "bytes": pl.Int64,

@@ -91,7 +91,10 @@ def collect_ops(
             raise RuntimeError("spilling needs a spill folder")
         part = spill_dir / f"ops-{_safe(label)}-{len(files):05d}.parquet"
         # sorted by start, in modest row groups: a bucket's filter then skips most groups
-        pl.concat(held).sort("start_ns").write_parquet(part, row_group_size=65_536)
+        # lz4: these parts are read back once, soon; fast beats small
+        pl.concat(held).sort("start_ns").write_parquet(
+            part, row_group_size=65_536, compression="lz4"
+        )
         files.append(part)
         held, held_rows = [], 0
 
@@ -101,13 +104,12 @@ def collect_ops(
         linked = calls.link(batch).with_columns(
             pl.int_range(n_ops, n_ops + batch.height, dtype=pl.Int64).alias("op_local")
         )
+        # every op_local divisible by SAMPLE_EVERY: the same picks however batches fall
+        samples.append(linked["start_ns"].gather_every(SAMPLE_EVERY, offset=-n_ops % SAMPLE_EVERY))
         n_ops += batch.height
         n_orphans += linked["gtid"].null_count()
-        samples.append(
-            linked.filter(pl.col("op_local") % SAMPLE_EVERY == 0)["start_ns"].rename("start_ns")
-        )
         devices.update(linked["device"].unique().to_list())
-        threads.append(linked.filter(pl.col("gtid").is_not_null()).select("trace", "gtid").unique())
+        threads.append(linked["gtid"].drop_nulls().unique())
         held.append(linked)
         held_rows += linked.height
         if held_rows >= chunk_ops and spill_dir is not None:
@@ -124,10 +126,9 @@ def collect_ops(
         n_ops=n_ops,
         start_sample=pl.concat(samples) if samples else pl.Series("start_ns", [], dtype=pl.Int64),
         devices=sorted(devices),
-        launch_threads=(
-            pl.concat(threads).unique()
-            if threads
-            else pl.DataFrame(schema={"trace": pl.String, "gtid": pl.Int64})
+        launch_threads=pl.DataFrame(
+            {"trace": label, "gtid": pl.concat(threads).unique() if threads else []},
+            schema={"trace": pl.String, "gtid": pl.Int64},
         ),
         n_orphans=n_orphans,
     )

@@ -142,16 +142,38 @@ class Export:
         sql, absent_optional = query
         return _with_absent(self._query(sql), absent_optional)
 
-    def batches(self, spec: TableSpec, rows: int) -> Iterator[pl.DataFrame]:
+    def rowid_span(self, spec: TableSpec) -> tuple[int, int] | None:
+        """``(first, last + 1)`` rowid of ``spec``'s table; None when absent, empty or rowid-less.
+
+        Two B-tree descents, not a scan: it lets readers split a big table into slices.
+        """
+        table = self.resolve_table(spec)
+        if table is None:
+            return None
+        try:
+            span = self._query(
+                f"SELECT min(rowid) AS lo, max(rowid) AS hi FROM {_quote_ident(table)}"
+            )
+        except TraceReadError:  # a WITHOUT ROWID table: read it whole
+            return None
+        lo, hi = span["lo"][0], span["hi"][0]
+        return None if lo is None or hi is None else (int(lo), int(hi) + 1)
+
+    def batches(
+        self, spec: TableSpec, rows: int, *, rowids: tuple[int, int] | None = None
+    ) -> Iterator[pl.DataFrame]:
         """The declared columns of ``spec`` in frames of about ``rows`` rows (none if absent).
 
         Big tables (kernels, runtime calls) stream this way so that no step holds the whole
-        table twice (Arrow and Polars) or at all.
+        table twice (Arrow and Polars) or at all. ``rowids``: only rows with rowid in
+        ``[lo, hi)`` (a slice from :meth:`rowid_span`), in file order.
         """
         query = self._select(spec)
         if query is None:
             return
         sql, absent_optional = query
+        if rowids is not None:
+            sql += f" WHERE rowid >= {int(rowids[0])} AND rowid < {int(rowids[1])}"
         try:
             cur = self.conn.cursor()
             cur.adbc_statement.set_options(**{StatementOptions.BATCH_ROWS.value: str(rows)})
