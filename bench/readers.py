@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    console = Console()
+    console = Console(width=max(Console().width, 120))
     OUT.mkdir(exist_ok=True)
     export = OUT / f"readers_{args.steps}x{args.ranks}x{args.kernels_per_phase}.sqlite"
     if not export.exists():

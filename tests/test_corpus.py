@@ -4,6 +4,7 @@ or a one-line error naming the problem and exit status 2 — never a traceback.
 Each case is made here from a small synthetic export (no binary fixtures).
 """
 
+import json
 import shutil
 import sqlite3
 
@@ -19,7 +20,8 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     folder = tmp_path_factory.mktemp("corpus")
-    cfg = SynthConfig(steps=2, ranks=1, kernels_per_phase=4, power=False, lengths=False)
+    # enough operations (about 2,000) that --chunk-ops 1000 spills and buckets them
+    cfg = SynthConfig(steps=2, ranks=1, kernels_per_phase=100, power=False, lengths=False)
     return generate(folder / "base.sqlite", cfg)[0]
 
 
@@ -44,6 +46,19 @@ def truncate(path):
     path.write_bytes(data[: len(data) // 3])
 
 
+def corrupt_kernel_table(path):
+    # zero the kernel table's root page: the file opens and its small tables read, then the
+    # streamed read of kernels (in the read-ahead thread) hits a malformed page
+    with sqlite3.connect(path) as con:
+        page_size = con.execute("PRAGMA page_size").fetchone()[0]
+        root = con.execute(
+            "SELECT rootpage FROM sqlite_master WHERE name = 'CUPTI_ACTIVITY_KIND_KERNEL'"
+        ).fetchone()[0]
+    data = bytearray(path.read_bytes())
+    data[(root - 1) * page_size : root * page_size] = bytes(page_size)
+    path.write_bytes(bytes(data))
+
+
 def other_sqlite(path):
     path.unlink()
     with sqlite3.connect(path) as con:
@@ -56,6 +71,7 @@ CASES = {
     # name: (make the file, exit code, text the output must contain)
     "empty file": (raw_bytes(b""), 2, "not an Nsight Systems export"),
     "truncated": (truncate, 2, "cannot read as an SQLite export"),
+    "corrupt kernel pages": (corrupt_kernel_table, 2, "cannot read as an SQLite export"),
     "json renamed": (raw_bytes(b'{"traceEvents": []}'), 2, "file is not a database"),
     "other sqlite": (other_sqlite, 2, "not an Nsight Systems export"),
     "no NVTX table": (sql("DROP TABLE NVTX_EVENTS"), 0, "no NVTX_EVENTS"),
@@ -144,14 +160,17 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("chunked", [False, True], ids=["in-memory", "spilled"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_corpus_case(case, base, tmp_path):
+def test_corpus_case(case, chunked, base, tmp_path):
     make, code, text = CASES[case]
     path = tmp_path / "trace.sqlite"
     shutil.copy(base, path)
     make(path)
+    # --chunk-ops 1000 with a tiny spill budget: the streamed, spilled, bucketed path
+    chunk = ["--chunk-ops", "1000", "--spill-dir", str(tmp_path)] if chunked else []
     result = runner.invoke(
-        app, ["analyze", str(path), "--out", str(tmp_path / "out"), "--no-figures"]
+        app, ["analyze", str(path), "--out", str(tmp_path / "out"), "--no-figures", *chunk]
     )
     assert "Traceback" not in result.output
     assert result.exit_code == code, result.output
@@ -159,7 +178,9 @@ def test_corpus_case(case, base, tmp_path):
     if code == 2:
         assert len(result.output.strip().splitlines()) == 1
     else:
-        assert (tmp_path / "out" / "summary.json").exists()
+        summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+        if chunked and summary["n_gpu_ops"] > 1000:
+            assert summary["n_buckets"] == 2
 
 
 def test_unaligned_file_in_a_multi_file_run(base, tmp_path):
