@@ -81,7 +81,8 @@ samples: $(BASE)
 	rm -rf traces_sample/grpo_synthetic_split
 	$(BIN)/nvtx-phases synth traces_sample/grpo_synthetic_split --split --no-lengths
 
-## bench: analyze vs a bare scan vs nsys stats at 100k and 1M GPU ops (BENCH_SIZES=… for more),
+## bench: analyze vs a bare scan vs nsys stats at 100k, 1M and 10M GPU ops (BENCH_SIZES=… to choose),
+##        analyze under a memory cap (BENCH_MEM_CAP_MB),
 ##        then the SQLite reader comparison
 bench: $(DEV)
 	$(BIN)/python -m bench.run
