@@ -35,3 +35,24 @@ def find_nsys_or_skip() -> str:
             pytest.fail("nsys is required here (NVTX_PHASES_REQUIRE_NSYS=1) but not on PATH")
         pytest.skip("nsys not on PATH (install: bash ../shared/nsys/install-debian-nsys.sh)")
     return found
+
+
+SPLIT_SAMPLE = sorted((SAMPLES / "grpo_synthetic_split").glob("*.sqlite"))
+
+
+def assert_same_analysis(a, b, *, ignore_summary: tuple[str, ...] = ()) -> None:
+    """Two :class:`~analysis.pipeline.Analysis` results hold the same frames and summary.
+
+    ``b``'s GPU activity may be a lazy scan of per-bucket parts: its rows are compared in
+    ``op_id`` order.
+    """
+    assert a.phases.equals(b.phases)
+    assert a.phase_devices.equals(b.phase_devices)
+    assert a.kernels.equals(b.kernels)
+    assert a.steps.equals(b.steps)
+    assert a.gpu_activity.equals(b.gpu_activity.lazy().collect().sort("op_id"))
+
+    def kept(summary: dict) -> dict:
+        return {k: v for k, v in summary.items() if k not in ignore_summary}
+
+    assert kept(a.summary) == kept(b.summary)

@@ -2,30 +2,16 @@
 
 import polars as pl
 import pytest
-from nvtxp_testkit import SAMPLES, shared_trace
+from nvtxp_testkit import SAMPLES, SPLIT_SAMPLE, assert_same_analysis, shared_trace
 
 from analysis.pipeline import analyze, bucket_edges
-
-SPLIT = sorted((SAMPLES / "grpo_synthetic_split").glob("*.sqlite"))
-
-
-def assert_same(a, b):
-    assert a.phases.equals(b.phases)
-    assert a.phase_devices.equals(b.phase_devices)
-    assert a.kernels.equals(b.kernels)
-    assert a.steps.equals(b.steps)
-    # bucketed rows come bucket by bucket (op_id order within each): same rows, other order
-    assert a.gpu_activity.equals(b.gpu_activity.lazy().collect().sort("op_id"))
-    assert {k: v for k, v in a.summary.items() if k != "n_buckets"} == {
-        k: v for k, v in b.summary.items() if k != "n_buckets"
-    }
 
 
 @pytest.mark.parametrize(
     "paths",
     [
         [SAMPLES / "grpo_synthetic.sqlite"],
-        SPLIT,
+        SPLIT_SAMPLE,
         [shared_trace("nsysai_h100_2gpu_1s.sqlite")],
         [shared_trace("pipit_cloverleaf_4xA100_nsys2024.5.sqlite")],
     ],
@@ -39,7 +25,7 @@ def test_spilled_buckets_equal_one_pass(paths, tmp_path):
     n_ops = whole.summary["n_gpu_ops"]
     assert bucketed.summary["n_buckets"] == -(-n_ops // 300)
     assert isinstance(bucketed.gpu_activity, pl.LazyFrame)
-    assert_same(whole, bucketed)
+    assert_same_analysis(whole, bucketed, ignore_summary=("n_buckets",))
     if whole.summary["power_source"]:
         assert whole.summary["idle_power_w"] == bucketed.summary["idle_power_w"]
     # spilled operations are gone once analyze returns; the activity parts live with the result

@@ -3,29 +3,19 @@
 import os
 
 import pytest
-from nvtxp_testkit import SAMPLES
+from nvtxp_testkit import SPLIT_SAMPLE, assert_same_analysis
 
 from analysis.pipeline import analyze
-
-SPLIT = sorted((SAMPLES / "grpo_synthetic_split").glob("*.sqlite"))
-
-
-def assert_same(a, b):
-    assert a.phases.equals(b.phases)
-    assert a.phase_devices.equals(b.phase_devices)
-    assert a.gpu_activity.equals(b.gpu_activity)
-    assert a.kernels.equals(b.kernels)
-    assert a.summary == b.summary
 
 
 @pytest.fixture(scope="module")
 def sequential():
-    return analyze(SPLIT, jobs=1)
+    return analyze(SPLIT_SAMPLE, jobs=1)
 
 
 def test_process_pool_equals_sequential(sequential):
-    assert len(SPLIT) == 3
-    assert_same(analyze(SPLIT, jobs=3, engine="process"), sequential)
+    assert len(SPLIT_SAMPLE) == 3
+    assert_same_analysis(analyze(SPLIT_SAMPLE, jobs=3, engine="process"), sequential)
 
 
 def test_ray_tasks_equal_sequential(sequential):
@@ -35,7 +25,7 @@ def test_ray_tasks_equal_sequential(sequential):
 
     try:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-        assert_same(analyze(SPLIT, engine="ray"), sequential)
+        assert_same_analysis(analyze(SPLIT_SAMPLE, engine="ray"), sequential)
     finally:
         ray.shutdown()
 
@@ -46,4 +36,4 @@ def test_a_bad_file_in_the_pool_fails_with_its_name(tmp_path):
     bad = tmp_path / "broken.sqlite"
     bad.write_bytes(b"not sqlite at all")
     with pytest.raises(TraceReadError, match=r"broken\.sqlite"):
-        analyze([*SPLIT, bad], jobs=2)
+        analyze([*SPLIT_SAMPLE, bad], jobs=2)
