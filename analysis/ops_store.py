@@ -16,6 +16,7 @@ from pathlib import Path
 
 import polars as pl
 
+from analysis.errors import AnalysisError
 from analysis.launches import CALL_COLUMNS, CallIndex
 from analysis.normalize import OPS_SCHEMA
 
@@ -91,10 +92,7 @@ def collect_ops(
             raise RuntimeError("spilling needs a spill folder")
         part = spill_dir / f"ops-{_safe(label)}-{len(files):05d}.parquet"
         # sorted by start, in modest row groups: a bucket's filter then skips most groups
-        # lz4: these parts are read back once, soon; fast beats small
-        pl.concat(held).sort("start_ns").write_parquet(
-            part, row_group_size=65_536, compression="lz4"
-        )
+        write_part(pl.concat(held).sort("start_ns"), part)
         files.append(part)
         held, held_rows = [], 0
 
@@ -138,3 +136,18 @@ def _safe(label: str) -> str:
     # labels are free text (folder/stem): keep a readable part and make it unique with a hash
     readable = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)[:40]
     return f"{readable}-{hashlib.sha1(label.encode()).hexdigest()[:8]}"
+
+
+def write_part(frame: pl.DataFrame, part: Path) -> None:
+    """Write a spill or activity part (lz4: read back once, soon; fast beats small).
+
+    Modest row groups let a time filter skip most of a sorted part. A full or read-only disk
+    becomes an :class:`~analysis.errors.AnalysisError` naming the folder, not a traceback.
+    """
+    try:
+        frame.write_parquet(part, row_group_size=65_536, compression="lz4")
+    except OSError as exc:
+        raise AnalysisError(
+            f"spill folder {part.parent}: cannot write {part.name} ({exc}); "
+            "free space there or pass --spill-dir elsewhere"
+        ) from None

@@ -18,6 +18,7 @@ from pathlib import Path
 import polars as pl
 
 from analysis.align import clock_offsets
+from analysis.errors import AnalysisError
 from analysis.launches import duplicate_warning, orphan_warning
 from analysis.loading import Engine, load_all, shifted
 from analysis.normalize import MARKS_SCHEMA, RANGES_SCHEMA
@@ -87,7 +88,13 @@ def analyze(
     phase_map = phase_map or default_phase_map()
     paths = [Path(p) for p in paths]
     labels = _unique_labels(paths)
-    work = Path(tempfile.mkdtemp(prefix="nvtx-phases-", dir=spill_dir))
+    try:
+        work = Path(tempfile.mkdtemp(prefix="nvtx-phases-", dir=spill_dir))
+    except OSError as exc:
+        raise AnalysisError(
+            f"spill folder {spill_dir or tempfile.gettempdir()}: cannot make a work folder "
+            f"there ({exc.strerror or exc}); pass --spill-dir with a writable folder"
+        ) from None
     try:
         result = _analyze(
             paths,

@@ -21,6 +21,7 @@ from analysis.hierarchy import build_hierarchy
 from analysis.intervals import BusyAccumulator
 from analysis.launches import CALL_COLUMNS
 from analysis.normalize import OPS_SCHEMA
+from analysis.ops_store import write_part
 from analysis.phase_map import PhaseMap
 from analysis.power import PowerData, busy_blocks, idle_guard_ns
 
@@ -275,7 +276,7 @@ class _RunSums:
         else:
             self.activity_dir.mkdir(exist_ok=True)
             part = self.activity_dir / f"part-{len(self.activity_files):05d}.parquet"
-            activity.write_parquet(part)
+            write_part(activity, part)
             self.activity_files.append(part)
 
     def _count(self, ops: pl.DataFrame, pieces: pl.DataFrame, activity: pl.DataFrame) -> None:

@@ -200,3 +200,13 @@ def test_missing_inputs(tmp_path):
     assert result.exit_code == 2 and "no such file" in result.output
     result = runner.invoke(app, ["analyze", str(tmp_path)])
     assert result.exit_code == 2 and "holds no *.sqlite" in result.output
+
+
+def test_unusable_spill_folder(base, tmp_path):
+    result = runner.invoke(
+        app,
+        ["analyze", str(base), "--out", str(tmp_path / "out"), "--spill-dir", str(tmp_path / "no")],
+    )
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    assert "cannot make a work folder" in result.output
