@@ -47,3 +47,10 @@ def test_bucket_edges_split_the_sample_into_equal_counts():
         (50, 75),
         (75, None),
     ]
+
+
+def test_spilled_reads_in_a_process_pool_equal_one_pass(tmp_path):
+    whole = analyze(SPLIT_SAMPLE)
+    pooled = analyze(SPLIT_SAMPLE, jobs=3, engine="process", chunk_ops=300, spill_dir=tmp_path)
+    assert pooled.summary["n_buckets"] > 1
+    assert_same_analysis(whole, pooled, ignore_summary=("n_buckets",))
