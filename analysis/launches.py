@@ -55,12 +55,10 @@ class CallIndex:
             # duplicates: the earliest call of a key wins (ties broken on every column)
             .sort("key", "call_start_ns", "call_end_ns", "gtid")
         )
-        unique = calls.unique(subset="key", keep="first", maintain_order=True)
-        n_duplicated = (
-            calls.group_by("key").len().filter(pl.col("len") > 1).height
-            if unique.height < calls.height
-            else 0
-        )
+        # sorted: the first call of a key is the row whose key differs from the row before
+        first = calls["key"].ne_missing(calls["key"].shift(1))
+        unique = calls.filter(first)
+        n_duplicated = calls.filter(~first)["key"].n_unique() if unique.height < calls.height else 0
         return cls(
             keys=unique["key"],
             calls=unique.select(list(CALL_COLUMNS)),
