@@ -172,7 +172,7 @@ def analyze(
         int | None,
         typer.Option(
             min=1000,
-            help="Most GPU operations held in memory at once (default 2,000,000: peak about 1.8 GB). "
+            help="Most GPU operations held in memory at once (default 2,000,000: peak about 1.7 GB). "
             "Bigger runs spill to Parquet and are attributed in time buckets; same result.",
         ),
     ] = None,
