@@ -6,8 +6,6 @@ plus ``offset_ns`` (see :mod:`analysis.align`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import polars as pl
 
 from analysis import tables as T
@@ -79,18 +77,8 @@ RUNTIME_SCHEMA = {
 }
 
 
-@dataclass
-class Normalized:
-    """One export's tidy frames."""
-
-    ranges: pl.DataFrame
-    ops: pl.DataFrame
-    runtime: pl.DataFrame
-    marks: pl.DataFrame
-    warnings: list[str]
-
-
-def _strings(raw: RawTrace) -> pl.DataFrame:
+def strings_of(raw: RawTrace) -> pl.DataFrame:
+    """The export's string table (``id, value``), empty when absent."""
     frame = raw.frame(T.STRING_IDS)
     if frame is None:
         return pl.DataFrame(schema={"id": pl.Int64, "value": pl.String})
@@ -107,7 +95,7 @@ def _nvtx_events(raw: RawTrace) -> pl.DataFrame | None:
     events = raw.frame(T.NVTX_EVENTS)
     if events is None or events.is_empty():
         return None
-    events = _with_string(events, _strings(raw), "textId", "registered_text")
+    events = _with_string(events, strings_of(raw), "textId", "registered_text")
     events = events.with_columns(
         pl.coalesce(pl.col("text").cast(pl.String), pl.col("registered_text")).alias("message"),
         pid_of(pl.col("globalTid")).alias("pid"),
@@ -192,11 +180,6 @@ def nvtx_ranges(raw: RawTrace, *, offset_ns: int = 0) -> tuple[pl.DataFrame, lis
 OP_TABLES = {"kernel": T.KERNELS, "memcpy": T.MEMCPY, "memset": T.MEMSET}
 
 
-def strings_of(raw: RawTrace) -> pl.DataFrame:
-    """The export's string table (``id, value``), empty when absent."""
-    return _strings(raw)
-
-
 def gpu_op_rows(
     kind: str,
     frame: pl.DataFrame,
@@ -240,17 +223,6 @@ def gpu_op_rows(
     ).cast(OPS_SCHEMA)  # type: ignore[arg-type]
 
 
-def gpu_ops(raw: RawTrace, *, offset_ns: int = 0) -> pl.DataFrame:
-    """Kernels, memcpys and memsets in one frame, each with its class and display name."""
-    strings = _strings(raw)
-    parts = [
-        gpu_op_rows(kind, frame, strings, label=raw.label, host=raw.host, offset_ns=offset_ns)
-        for kind, spec in OP_TABLES.items()
-        if (frame := raw.frame(spec)) is not None and not frame.is_empty()
-    ]
-    return pl.concat(parts, how="vertical") if parts else pl.DataFrame(schema=OPS_SCHEMA)
-
-
 def runtime_rows(frame: pl.DataFrame, *, label: str, offset_ns: int = 0) -> pl.DataFrame:
     """Runtime/driver API rows that carry a correlation id (the launches), in runtime layout."""
     return (
@@ -264,24 +236,4 @@ def runtime_rows(frame: pl.DataFrame, *, label: str, offset_ns: int = 0) -> pl.D
             pl.col("correlationId").alias("correlation_id"),
         )
         .cast(RUNTIME_SCHEMA)  # type: ignore[arg-type]
-    )
-
-
-def runtime_calls(raw: RawTrace, *, offset_ns: int = 0) -> pl.DataFrame:
-    """CUDA runtime/driver API calls that carry a correlation id (the launches)."""
-    runtime = raw.frame(T.RUNTIME)
-    if runtime is None or runtime.is_empty():
-        return pl.DataFrame(schema=RUNTIME_SCHEMA)
-    return runtime_rows(runtime, label=raw.label, offset_ns=offset_ns)
-
-
-def normalize(raw: RawTrace, *, offset_ns: int = 0) -> Normalized:
-    """All tidy frames of one export on the common clock."""
-    ranges, warnings = nvtx_ranges(raw, offset_ns=offset_ns)
-    return Normalized(
-        ranges=ranges,
-        ops=gpu_ops(raw, offset_ns=offset_ns),
-        runtime=runtime_calls(raw, offset_ns=offset_ns),
-        marks=nvtx_marks(raw, offset_ns=offset_ns),
-        warnings=warnings,
     )

@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from analysis.hierarchy import build_hierarchy
-from analysis.normalize import normalize
+from analysis.normalize import nvtx_ranges
 from analysis.phase_map import default_phase_map
 from analysis.reader import read_export
 from nvtx_phases.cli import app
@@ -53,7 +53,7 @@ def test_profile_writes_report_export_and_table(profiled):
 def test_jsonl_recorder_and_nsys_agree_within_one_percent(profiled):
     out, jsonl, _ = profiled
     raw = read_export(next(out.glob("report_*.sqlite")))
-    ranges = build_hierarchy(normalize(raw).ranges, default_phase_map()).phases
+    ranges = build_hierarchy(nvtx_ranges(raw)[0], default_phase_map()).phases
     order = pl.int_range(pl.len()).over("path", "step").alias("k")
     traced = ranges.select(
         "path", "step", "start_ns", (pl.col("end_ns") - pl.col("start_ns")).alias("nsys_ns")
