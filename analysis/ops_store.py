@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -46,7 +46,6 @@ class OpsStore:
     #: (trace, gtid) of the threads that launched operations
     launch_threads: pl.DataFrame
     n_orphans: int
-    warnings: list[str] = field(default_factory=list)
 
     def between(self, lo_ns: int | None, hi_ns: int | None, offset_ns: int) -> pl.DataFrame:
         """Operations starting in ``[lo, hi)`` on the run's clock, shifted onto it (None: open)."""
@@ -83,7 +82,7 @@ def collect_ops(
     files: list[Path] = []
     samples: list[pl.Series] = []
     devices: set[str] = set()
-    threads: list[pl.DataFrame] = []
+    threads: list[pl.Series] = []
     n_ops = n_orphans = 0
 
     def spill() -> None:

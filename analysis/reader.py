@@ -151,12 +151,14 @@ class Export:
         if table is None:
             return None
         try:
-            span = self._query(
-                f"SELECT min(rowid) AS lo, max(rowid) AS hi FROM {_quote_ident(table)}"
+            # one aggregate per query: SQLite answers a lone min() or max() of rowid from the
+            # B-tree's ends, but scans the whole table for both in one query
+            lo, hi = (
+                self._query(f"SELECT {agg}(rowid) AS v FROM {_quote_ident(table)}")["v"][0]
+                for agg in ("min", "max")
             )
         except TraceReadError:  # a WITHOUT ROWID table: read it whole
             return None
-        lo, hi = span["lo"][0], span["hi"][0]
         return None if lo is None or hi is None else (int(lo), int(hi) + 1)
 
     def batches(
