@@ -2,7 +2,8 @@
 
 Definitions (also in the README):
 - ``kernel_ns`` all kernels (NCCL included), ``nccl_ns`` NCCL kernels, ``memcpy_ns``/``memset_ns``
-  copies and sets; under *projection* whole operations, under *window* the part inside the range.
+  copies and sets, ``graph_ns`` whole CUDA graph executions (captured with
+  ``--cuda-graph-trace=graph``, whose kernels nsys does not list); under *projection* whole operations, under *window* the part inside the range.
 - ``gpu_busy_ns``: per device, the union of the range's operations within the range's interval
   (overlapping streams count once), summed over the devices concerned.
 - ``idle_ns = wall_ns × n_devices − gpu_busy_ns``; devices concerned are those the range's
@@ -16,7 +17,16 @@ from __future__ import annotations
 import polars as pl
 
 GROUP_KEYS = ["trace", "pid", "step", "path", "phase", "attribution"]
-METRICS = ["kernel_ns", "nccl_ns", "memcpy_ns", "memcpy_bytes", "memset_ns", "n_kernels"]
+METRICS = [
+    "kernel_ns",
+    "nccl_ns",
+    "memcpy_ns",
+    "memcpy_bytes",
+    "memset_ns",
+    "graph_ns",
+    "n_kernels",
+    "n_graphs",
+]
 
 
 def sum_or_null(name: str) -> pl.Expr:
@@ -33,7 +43,9 @@ def class_sums(duration: pl.Expr, counted: pl.Expr) -> list[pl.Expr]:
         duration.filter(kind == "memcpy").sum().alias("memcpy_ns"),
         pl.col("bytes").filter((kind == "memcpy") & counted).sum().alias("memcpy_bytes"),
         duration.filter(kind == "memset").sum().alias("memset_ns"),
+        duration.filter(kind == "graph").sum().alias("graph_ns"),
         ((kind == "kernel") & counted).sum().cast(pl.Int64).alias("n_kernels"),
+        ((kind == "graph") & counted).sum().cast(pl.Int64).alias("n_graphs"),
     ]
 
 
@@ -201,7 +213,9 @@ def phase_table(phases: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
         "memcpy_ns",
         "memcpy_bytes",
         "memset_ns",
+        "graph_ns",
         "n_kernels",
+        "n_graphs",
         "n_devices",
         "gpu_start_ns",
         "gpu_end_ns",
@@ -216,10 +230,10 @@ def phase_table(phases: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
 
 
 def kernel_partial(ops: pl.DataFrame) -> pl.DataFrame:
-    """Per kernel name in one bucket: count, total, min and max duration."""
+    """Per kernel name (and CUDA graph) in one bucket: count, total, min and max duration."""
     dur = pl.col("end_ns") - pl.col("start_ns")
     return (
-        ops.filter(pl.col("kind") == "kernel")
+        ops.filter(pl.col("kind").is_in(["kernel", "graph"]))
         .group_by("name", "op_class")
         .agg(
             pl.len().cast(pl.Int64).alias("count"),

@@ -18,6 +18,8 @@ class OpClass(str, Enum):
     MEMCPY_P2P = "memcpy_p2p"
     MEMCPY_OTHER = "memcpy_other"
     MEMSET = "memset"
+    #: a whole CUDA graph execution (``--cuda-graph-trace=graph``): its kernels are not listed
+    CUDA_GRAPH = "cuda_graph"
 
 
 #: Kernel-name prefixes of NCCL collectives/point-to-point (older NCCL, then NCCL ≥ 2.19).

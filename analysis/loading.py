@@ -22,6 +22,7 @@ from typing import Literal
 import polars as pl
 
 from analysis import tables as T
+from analysis.devices import gpu_identities, unidentified_warning
 from analysis.errors import AnalysisError
 from analysis.launches import CallIndex
 from analysis.normalize import (
@@ -50,7 +51,13 @@ class LoadedTrace:
     host: str
     session_start_utc_ns: int | None
     missing_tables: list[str]
+    #: GPU model names the report lists
     gpus: list[str]
+    #: the physical GPUs this file's operations ran on (:data:`analysis.devices.IDENTITY_SCHEMA`)
+    gpu_identities: pl.DataFrame
+    duration_ns: int | None
+    #: processes with any NVTX range or GPU operation
+    pids: list[int]
     driver_version: str
     ranges: pl.DataFrame
     marks: pl.DataFrame
@@ -100,13 +107,13 @@ def _runtime(path: Path, label: str) -> pl.DataFrame:
     return pl.concat(frames) if frames else pl.DataFrame(schema=RUNTIME_SCHEMA)
 
 
-def _op_batches(path: Path, raw: RawTrace) -> Iterator[pl.DataFrame]:
+def _op_batches(path: Path, raw: RawTrace, identities: pl.DataFrame) -> Iterator[pl.DataFrame]:
     strings = strings_of(raw)
     export = Export(path)
     try:
         for kind, spec in OP_TABLES.items():
             for batch in export.batches(spec, BATCH_ROWS):
-                yield gpu_op_rows(kind, batch, strings, label=raw.label, host=raw.host)
+                yield gpu_op_rows(kind, batch, strings, label=raw.label, identities=identities)
     finally:
         export.close()
 
@@ -127,7 +134,8 @@ def load_trace(
     path = Path(path)
     raw = read_export(path, label=label, streamed=(*OP_TABLES.values(), T.RUNTIME))
     ranges, range_warnings = nvtx_ranges(raw)
-    with Prefetched(lambda: _op_batches(path, raw), depth=READ_AHEAD) as op_batches:
+    identities = gpu_identities(raw)
+    with Prefetched(lambda: _op_batches(path, raw, identities), depth=READ_AHEAD) as op_batches:
         calls = CallIndex.build(_runtime(path, label))
         ops = collect_ops(
             label,
@@ -136,10 +144,11 @@ def load_trace(
             chunk_ops=chunk_ops,
             spill_dir=Path(spill_dir) if spill_dir is not None else None,
         )
-    gpus = raw.frame(T.TARGET_GPU)
     warnings = list(raw.warnings)
     if raw.missing_tables:
         warnings.append(f"{raw.label}: no {', '.join(raw.missing_tables)} (not captured)")
+    warnings += unidentified_warning(label, ops.devices, identities)
+    used = identities.filter(pl.col("device").is_in(ops.devices))
     return LoadedTrace(
         path=Path(path),
         label=label,
@@ -147,9 +156,10 @@ def load_trace(
         host=raw.host,
         session_start_utc_ns=raw.session_start_utc_ns,
         missing_tables=raw.missing_tables,
-        gpus=sorted(str(n) for n in gpus["name"].drop_nulls().unique())
-        if gpus is not None and "name" in gpus.columns
-        else [],
+        gpus=sorted(str(n) for n in identities["gpu_name"].drop_nulls().unique()),
+        gpu_identities=used.with_columns(pl.lit(raw.host).alias("host")),
+        duration_ns=raw.duration_ns,
+        pids=sorted(set(ranges["pid"].unique().to_list()) | set(ops.pids)),
         driver_version=raw.driver_version,
         ranges=ranges,
         marks=nvtx_marks(raw),

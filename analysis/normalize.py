@@ -10,6 +10,7 @@ import polars as pl
 
 from analysis import tables as T
 from analysis.classes import OP_CLASS_DTYPE, OpClass, kernel_class_expr, memcpy_class_expr
+from analysis.devices import fallback_device
 from analysis.reader import RawTrace
 from nvtx_phases.naming import DOMAIN
 
@@ -140,6 +141,12 @@ def nvtx_ranges(raw: RawTrace, *, offset_ns: int = 0) -> tuple[pl.DataFrame, lis
     if events is None:
         return pl.DataFrame(schema=RANGES_SCHEMA), warnings
     ranges = events.filter(pl.col("eventType").is_in(RANGE_EVENT_TYPES))
+    if ranges.is_empty() and events["eventType"].is_in([NVTX_DOMAIN_CREATE]).any():
+        warnings.append(
+            f"{raw.label}: NVTX holds domain events but no range: this nsys did not record the "
+            "ranges of the Python nvtx package in use (nsys 2022.4/2023.4 with nvtx >= 0.2.9); "
+            "install nvtx==0.2.8 in the traced environment, or capture with a newer nsys"
+        )
     last_ts = events.select(pl.max_horizontal(pl.col("start").max(), pl.col("end").max())).item()
     n_open = ranges["end"].null_count()
     if n_open:
@@ -177,7 +184,7 @@ def nvtx_ranges(raw: RawTrace, *, offset_ns: int = 0) -> tuple[pl.DataFrame, lis
 
 
 #: The GPU operation tables, in the order their rows are numbered (``op_id``).
-OP_TABLES = {"kernel": T.KERNELS, "memcpy": T.MEMCPY, "memset": T.MEMSET}
+OP_TABLES = {"kernel": T.KERNELS, "memcpy": T.MEMCPY, "memset": T.MEMSET, "graph": T.GRAPH_TRACE}
 
 
 def gpu_op_rows(
@@ -186,10 +193,14 @@ def gpu_op_rows(
     strings: pl.DataFrame,
     *,
     label: str,
-    host: str,
+    identities: pl.DataFrame | None = None,
     offset_ns: int = 0,
 ) -> pl.DataFrame:
-    """Rows of one GPU operation table (``kind``: kernel, memcpy or memset) in the ops layout."""
+    """Rows of one GPU operation table (``kind``: kernel, memcpy, memset or graph) in the ops layout.
+
+    ``identities`` (:func:`analysis.devices.gpu_identities`) names each operation's physical GPU;
+    devices it does not describe are named ``<label>:<deviceId>``.
+    """
     if kind == "kernel":
         frame = _with_string(frame, strings, "demangledName", "name")
         frame = _with_string(frame, strings, "shortName", "short")
@@ -201,17 +212,35 @@ def gpu_op_rows(
         frame = frame.with_columns(
             memcpy_class_expr(pl.col("copyKind")).alias("op_class")
         ).with_columns(pl.format("[CUDA memcpy {}]", pl.col("op_class")).alias("name"))
+    elif kind == "graph":
+        frame = frame.with_columns(
+            pl.lit(OpClass.CUDA_GRAPH.value).alias("op_class"),
+            pl.when(pl.col("graphId").is_not_null())
+            .then(pl.format("[CUDA graph {}]", pl.col("graphId")))
+            .otherwise(pl.lit("[CUDA graph]"))
+            .alias("name"),
+            pl.lit(0, dtype=pl.Int64).alias("bytes"),
+        )
     else:
         frame = frame.with_columns(
             pl.lit(OpClass.MEMSET.value).alias("op_class"),
             pl.lit("[CUDA memset]").alias("name"),
         )
-    device_prefix = f"{host}:" if host else ""
+    if identities is not None and identities.height:
+        frame = frame.join(
+            identities.select(
+                pl.col("device_id").alias("deviceId"), pl.col("device").alias("_gpu")
+            ),
+            on="deviceId",
+            how="left",
+        )
+    else:
+        frame = frame.with_columns(pl.lit(None, dtype=pl.String).alias("_gpu"))
     return frame.select(
         pl.lit(label).alias("trace"),
         pl.col("globalPid").alias("gpid"),
         pid_of(pl.col("globalPid")).alias("pid"),
-        (pl.lit(device_prefix) + pl.col("deviceId").cast(pl.String)).alias("device"),
+        pl.coalesce("_gpu", fallback_device(label, pl.col("deviceId"))).alias("device"),
         pl.col("streamId").alias("stream"),
         pl.lit(kind).alias("kind"),
         pl.col("op_class"),

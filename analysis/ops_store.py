@@ -46,6 +46,8 @@ class OpsStore:
     #: (trace, gtid) of the threads that launched operations
     launch_threads: pl.DataFrame
     n_orphans: int
+    #: processes that issued operations
+    pids: list[int]
 
     def between(self, lo_ns: int | None, hi_ns: int | None, offset_ns: int) -> pl.DataFrame:
         """Operations starting in ``[lo, hi)`` on the run's clock, shifted onto it (None: open)."""
@@ -82,6 +84,7 @@ def collect_ops(
     files: list[Path] = []
     samples: list[pl.Series] = []
     devices: set[str] = set()
+    pids: set[int] = set()
     threads: list[pl.Series] = []
     n_ops = n_orphans = 0
 
@@ -106,6 +109,7 @@ def collect_ops(
         n_ops += batch.height
         n_orphans += linked["gtid"].null_count()
         devices.update(linked["device"].unique().to_list())
+        pids.update(linked["pid"].drop_nulls().unique().to_list())
         threads.append(linked["gtid"].drop_nulls().unique())
         held.append(linked)
         held_rows += linked.height
@@ -128,6 +132,7 @@ def collect_ops(
             schema={"trace": pl.String, "gtid": pl.Int64},
         ),
         n_orphans=n_orphans,
+        pids=sorted(pids),
     )
 
 

@@ -20,7 +20,7 @@ import polars as pl
 from analysis.align import clock_offsets
 from analysis.errors import AnalysisError
 from analysis.launches import duplicate_warning, orphan_warning
-from analysis.loading import Engine, load_all, shifted
+from analysis.loading import Engine, LoadedTrace, load_all, shifted
 from analysis.normalize import MARKS_SCHEMA, RANGES_SCHEMA
 from analysis.ops_store import DEFAULT_CHUNK_OPS
 from analysis.phase_map import PhaseMap, default_phase_map
@@ -148,6 +148,7 @@ def _analyze(
         chunk_ops=chunk_ops,
         spill_dir=work / "ops",
     )
+    _refuse_empty(loaded)
     offsets, warnings = clock_offsets(loaded)
     for trace in loaded:
         warnings.extend(trace.warnings)
@@ -176,6 +177,7 @@ def _analyze(
             marks,
             origin_utc_ns=min(known) if known else None,
             op_devices=devices,
+            aliases=device_aliases(loaded),
         )
         warnings.extend(power.warnings)
     edges = bucket_edges([t.ops.start_sample + offsets[t.label] for t in loaded], n_ops, chunk_ops)
@@ -208,6 +210,7 @@ def _analyze(
         launch_warnings=launch_warnings,
         activity_dir=work / "activity" if len(edges) > 1 else None,
     )
+    warnings += _coverage_warnings(ranges, result)
     result.warnings[:0] = warnings
     result.summary.update(
         gpus=sorted({name for t in loaded for name in t.gpus}),
@@ -225,12 +228,84 @@ def _analyze(
             for t in loaded
         ],
         missing_tables=sorted({m for t in loaded for m in t.missing_tables}),
+        devices=_device_table(loaded),
         n_ranges=ranges.height,
         n_buckets=len(edges),
         power_files=[str(p) for p in power_paths],
         warnings=result.warnings,
     )
     return result
+
+
+def _refuse_empty(loaded: Sequence[LoadedTrace]) -> None:
+    """One line instead of empty tables when no file holds an NVTX range or a GPU operation."""
+    if any(t.ranges.height or t.ops.n_ops for t in loaded):
+        return
+    names = ", ".join(t.path.name for t in loaded)
+    missing = sorted({m for t in loaded for m in t.missing_tables})
+    raise AnalysisError(
+        f"{names}: nothing to analyze: no NVTX range and no GPU operation"
+        + (f" (the capture has no {', '.join(missing)})" if missing else "")
+        + "; capture with --trace=cuda,nvtx"
+    )
+
+
+def device_aliases(loaded: Sequence[LoadedTrace]) -> dict[str, str]:
+    """``host:deviceId`` → device name, for power samples that carry only an NVML index.
+
+    Only pairs that name one GPU: under Ray every process's GPU is device 0, so those are left out.
+    """
+    seen: dict[str, set[str]] = {}
+    for trace in loaded:
+        described = dict(
+            zip(trace.gpu_identities["device"], trace.gpu_identities["device_id"], strict=True)
+        )
+        for device in trace.ops.devices:
+            index = described.get(device, device.rsplit(":", 1)[-1])
+            seen.setdefault(f"{trace.host}:{index}", set()).add(device)
+    return {alias: next(iter(d)) for alias, d in seen.items() if len(d) == 1}
+
+
+def _device_table(loaded: Sequence[LoadedTrace]) -> list[dict]:
+    """The run's physical GPUs: name, how each is identified, and the files that used it."""
+    rows: dict[str, dict] = {}
+    for trace in loaded:
+        described = {r["device"]: r for r in trace.gpu_identities.iter_rows(named=True)}
+        for device in trace.ops.devices:
+            info = described.get(device, {})
+            row = rows.setdefault(
+                device,
+                {
+                    "device": device,
+                    "identity": info.get("identity") or "file",
+                    "gpu_name": info.get("gpu_name"),
+                    "uuid": info.get("uuid"),
+                    "bus_location": info.get("bus_location"),
+                    "host": trace.host,
+                    "traces": [],
+                },
+            )
+            row["traces"].append(trace.label)
+    return [rows[d] for d in sorted(rows)]
+
+
+def _coverage_warnings(ranges: pl.DataFrame, result: Analysis) -> list[str]:
+    """Say why a table is empty or why GPU time has no detail, instead of staying silent."""
+    warnings = []
+    if ranges.height and not result.phases.height:
+        names = ranges["name"].value_counts(sort=True).head(5)["name"].to_list()
+        warnings.append(
+            f"{ranges.height} NVTX range(s) (e.g. {', '.join(repr(n) for n in names)}) but none "
+            "is a known phase: pass --all-ranges, or --phase-map FILE.toml naming yours"
+        )
+    n_graphs = result.summary.get("n_graphs", 0)
+    if n_graphs:
+        warnings.append(
+            f"{n_graphs} CUDA graph launch(es) ({result.summary['graph_ns'] / 1e6:.3f} ms) were "
+            "recorded whole (--cuda-graph-trace=graph): counted as class cuda_graph; per-kernel "
+            "detail inside graphs needs --cuda-graph-trace=node"
+        )
+    return warnings
 
 
 def bucket_edges(

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import polars as pl
 
+from analysis.devices import normalize_uuid
 from analysis.errors import AnalysisError
 from nvtx_phases.power import CLOCK_MARK
 
@@ -39,7 +40,7 @@ class PowerData:
 
 
 def load_samples(paths: list[Path]) -> pl.DataFrame:
-    """Concatenate sampler Parquet files, checking their columns."""
+    """Concatenate sampler Parquet files, checking their columns (``uuid`` may be absent)."""
     frames = []
     for path in paths:
         try:
@@ -54,6 +55,9 @@ def load_samples(paths: list[Path]) -> pl.DataFrame:
                 pl.col("host").cast(pl.String),
                 pl.col("pid").cast(pl.Int64),
                 pl.col("device").cast(pl.Int64),
+                (pl.col("uuid") if "uuid" in frame.columns else pl.lit(None))
+                .cast(pl.String)
+                .alias("uuid"),
                 pl.col("wall_ns").cast(pl.Int64),
                 pl.col("mono_ns").cast(pl.Int64),
                 pl.col("power_w").cast(pl.Float64),
@@ -63,10 +67,36 @@ def load_samples(paths: list[Path]) -> pl.DataFrame:
     return pl.concat(frames) if frames else pl.DataFrame()
 
 
+def _device_names(samples: pl.DataFrame, aliases: dict[str, str]) -> pl.Expr:
+    """Each sample's GPU under the trace's device names.
+
+    By UUID where the sampler recorded one (the same name the trace gives that GPU); else by
+    ``host:NVML index`` through ``aliases`` (``host:deviceId`` of the traced devices), which
+    agrees with CUDA's numbering only with CUDA_DEVICE_ORDER=PCI_BUS_ID.
+    """
+    by_index = pl.col("host") + ":" + pl.col("device").cast(pl.String)
+    return pl.coalesce(
+        normalize_uuid(pl.col("uuid")),
+        by_index.replace_strict(aliases, default=by_index, return_dtype=pl.String)
+        if aliases
+        else by_index,
+    )
+
+
 def align(
-    samples: pl.DataFrame, marks: pl.DataFrame, *, origin_utc_ns: int | None, op_devices: list[str]
+    samples: pl.DataFrame,
+    marks: pl.DataFrame,
+    *,
+    origin_utc_ns: int | None,
+    op_devices: list[str],
+    aliases: dict[str, str] | None = None,
 ) -> PowerData:
-    """Samples → trace clock and device names; report how each sampler was aligned."""
+    """Samples → trace clock and device names; report how each sampler was aligned.
+
+    ``aliases``: ``host:deviceId`` → device name, for samples without a UUID. A GPU sampled by
+    several samplers (one per process, or two runs' files) keeps the samples of one sampler, the
+    one with the most samples: interleaving two samplers' counters would break the energy sums.
+    """
     warnings: list[str] = []
     clock = (
         marks.with_columns(pl.col("text").str.extract_groups(_MARK_PATTERN).alias("m"))
@@ -90,6 +120,9 @@ def align(
         ).alias("spread_ns"),
         pl.len().alias("n_marks"),
     )
+    samples = samples.with_columns(_device_names(samples, aliases or {}).alias("device"))
+    samples, duplicate_warnings = _one_sampler_per_device(samples)
+    warnings += duplicate_warnings
     samplers = samples.select("host", "pid").unique().join(offsets, on=["host", "pid"], how="left")
     alignment = []
     for row in samplers.sort("host", "pid").iter_rows(named=True):
@@ -104,11 +137,8 @@ def align(
         alignment.append({**row, "method": method})
     joined = samples.join(samplers, on=["host", "pid"], how="left")
     origin = origin_utc_ns if origin_utc_ns is not None else 0
-    prefixed = any(":" in d for d in op_devices)
     aligned = joined.select(
-        (pl.col("host") + ":" + pl.col("device").cast(pl.String)).alias("device")
-        if prefixed
-        else pl.col("device").cast(pl.String),
+        "device",
         pl.when(pl.col("offset_ns").is_not_null())
         .then(pl.col("mono_ns") + pl.col("offset_ns"))
         .otherwise(pl.col("wall_ns") - origin)
@@ -120,7 +150,8 @@ def align(
     if op_devices and unknown:
         warnings.append(
             f"power samples for GPU(s) {', '.join(unknown)} that ran no traced operation "
-            "(NVML and CUDA device numbering agree only with CUDA_DEVICE_ORDER=PCI_BUS_ID)"
+            "(samples without a UUID are matched by NVML index, which agrees with CUDA's "
+            "device numbering only with CUDA_DEVICE_ORDER=PCI_BUS_ID)"
         )
     has_counter = aligned.height > 0 and aligned["energy_mj"].null_count() == 0
     dt = (
@@ -135,6 +166,26 @@ def align(
         alignment=alignment,
         warnings=warnings,
     )
+
+
+def _one_sampler_per_device(samples: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """Keep, per GPU, the samples of the sampler (host, pid) that took the most of them."""
+    counts = (
+        samples.group_by("device", "host", "pid")
+        .agg(pl.len().alias("n"))
+        .sort(["device", "n", "host", "pid"], descending=[False, True, False, False])
+    )
+    chosen = counts.unique(subset="device", keep="first", maintain_order=True)
+    if chosen.height == counts.height:
+        return samples, []
+    shared = counts.group_by("device").agg(pl.len().alias("k")).filter(pl.col("k") > 1)
+    names = ", ".join(shared.sort("device")["device"].to_list())
+    warning = (
+        f"GPU(s) {names} sampled by more than one power sampler (one per process, or files of "
+        "different runs): the samples of the sampler with the most samples are used per GPU"
+    )
+    kept = samples.join(chosen.select("device", "host", "pid"), on=["device", "host", "pid"])
+    return kept, [warning]
 
 
 def cumulative_energy(power: PowerData) -> pl.DataFrame:

@@ -78,18 +78,19 @@ class Export:
         try:
             self.conn = adbc_sqlite.connect(sqlite_readonly_uri(path))
             self.table_names = set(
-                self._query("SELECT name FROM sqlite_master WHERE type = 'table'")["name"]
+                self._query(
+                    "SELECT CAST(name AS BLOB) AS name FROM sqlite_master WHERE type = 'table'",
+                    ("name",),
+                )["name"]
             )
-        except TraceReadError:
-            raise
-        except Exception as exc:  # the driver raises several DB-API classes; all mean "unreadable"
-            raise TraceReadError(str(path), _short(exc)) from exc
+        except BaseException as exc:  # the driver raises several DB-API classes: "unreadable"
+            raise _read_error(path, exc) from exc
 
     def close(self) -> None:
         """Close the connection."""
         self.conn.close()
 
-    def _query(self, sql: str) -> pl.DataFrame:
+    def _query(self, sql: str, text_columns: Collection[str] = ()) -> pl.DataFrame:
         try:
             cur = self.conn.cursor()
             try:
@@ -97,13 +98,19 @@ class Export:
                 arrow = cur.fetch_arrow_table()
             finally:
                 cur.close()
-        except Exception as exc:
-            raise TraceReadError(str(self.path), _short(exc)) from exc
-        return pl.from_arrow(arrow)  # type: ignore[return-value]
+            frame: pl.DataFrame = pl.from_arrow(arrow)  # type: ignore[assignment]
+        except BaseException as exc:
+            raise _read_error(self.path, exc) from exc
+        return decode_text_columns(frame, text_columns)
 
-    def columns(self, table: str) -> list[str]:
-        """Column names of ``table`` (one of the declared tables, never a name from the file)."""
-        return list(self._query(f"SELECT name FROM pragma_table_info('{table}')")["name"])
+    def columns(self, table: str) -> dict[str, str]:
+        """Column name → declared type of ``table`` (a declared table, never a name from the file)."""
+        info = self._query(
+            "SELECT CAST(name AS BLOB) AS name, CAST(type AS BLOB) AS type "
+            f"FROM pragma_table_info('{table}')",
+            ("name", "type"),
+        )
+        return dict(zip(info["name"].cast(pl.String), info["type"].cast(pl.String), strict=True))
 
     def resolve_table(self, spec: TableSpec) -> str | None:
         """The name ``spec``'s table has in this export, or None when it is absent."""
@@ -112,13 +119,20 @@ class Export:
                 return candidate
         return None
 
-    def _select(self, spec: TableSpec) -> tuple[str, list[str]] | None:
-        """The SELECT for ``spec``'s declared columns, and the optional columns it lacks."""
+    def _select(self, spec: TableSpec) -> tuple[str, list[str], list[str]] | None:
+        """The SELECT for ``spec``'s declared columns, the optional ones it lacks, its text columns.
+
+        Text columns are read as BLOBs and decoded here (:func:`decode_text_columns`): real
+        exports hold invalid UTF-8 and NUL bytes in TEXT columns, which the Arrow driver would
+        pass on unchecked and Polars would panic on.
+        """
         table = self.resolve_table(spec)
         if table is None:
             return None
-        present = set(self.columns(table))
+        declared = self.columns(table)
+        present = set(declared)
         select: list[str] = []
+        text: list[str] = []
         missing_required: list[str] = []
         absent_optional: list[str] = []
         for col in (*spec.required, *spec.optional):
@@ -129,18 +143,22 @@ class Export:
             if source is None:
                 (missing_required if col in spec.required else absent_optional).append(col)
                 continue
-            select.append(f"{_quote_ident(source)} AS {_quote_ident(col)}")
+            if col in spec.text:
+                text.append(col)
+                select.append(f"CAST({_quote_ident(source)} AS BLOB) AS {_quote_ident(col)}")
+            else:
+                select.append(f"{_quote_ident(source)} AS {_quote_ident(col)}")
         if missing_required:
             raise MissingColumns(str(self.path), table, missing_required)
-        return f"SELECT {', '.join(select)} FROM {_quote_ident(table)}", absent_optional
+        return f"SELECT {', '.join(select)} FROM {_quote_ident(table)}", absent_optional, text
 
     def read(self, spec: TableSpec) -> pl.DataFrame | None:
         """Read the declared columns of ``spec``; None when the table is absent."""
         query = self._select(spec)
         if query is None:
             return None
-        sql, absent_optional = query
-        return _with_absent(self._query(sql), absent_optional)
+        sql, absent_optional, text = query
+        return _with_absent(self._query(sql, text), absent_optional, spec.text)
 
     def rowid_span(self, spec: TableSpec) -> tuple[int, int] | None:
         """``(first, last + 1)`` rowid of ``spec``'s table; None when absent, empty or rowid-less.
@@ -173,7 +191,7 @@ class Export:
         query = self._select(spec)
         if query is None:
             return
-        sql, absent_optional = query
+        sql, absent_optional, text = query
         if rowids is not None:
             sql += f" WHERE rowid >= {int(rowids[0])} AND rowid < {int(rowids[1])}"
         try:
@@ -181,30 +199,76 @@ class Export:
             cur.adbc_statement.set_options(**{StatementOptions.BATCH_ROWS.value: str(rows)})
             cur.execute(sql)
             reader = cur.fetch_record_batch()
-        except Exception as exc:
-            raise TraceReadError(str(self.path), _short(exc)) from exc
+        except BaseException as exc:
+            raise _read_error(self.path, exc) from exc
         try:
             while True:
                 try:
                     batch = reader.read_next_batch()
+                    frame: pl.DataFrame = pl.from_arrow(batch)  # type: ignore[assignment]
                 except StopIteration:
                     break
-                except Exception as exc:
-                    raise TraceReadError(str(self.path), _short(exc)) from exc
-                yield _with_absent(pl.from_arrow(batch), absent_optional)  # type: ignore[arg-type]
+                except BaseException as exc:
+                    raise _read_error(self.path, exc) from exc
+                yield _with_absent(decode_text_columns(frame, text), absent_optional, spec.text)
         finally:
             cur.close()
 
 
-def _with_absent(frame: pl.DataFrame, absent_optional: list[str]) -> pl.DataFrame:
+def _with_absent(
+    frame: pl.DataFrame, absent_optional: list[str], text: Collection[str] = ()
+) -> pl.DataFrame:
     # Optional columns an older/newer schema lacks become typed nulls, so later stages see
     # one layout; the frames that matter record which were absent in RawTrace.warnings.
     if absent_optional:
-        frame = frame.with_columns(pl.lit(None, dtype=pl.Int64).alias(c) for c in absent_optional)
+        frame = frame.with_columns(
+            pl.lit(None, dtype=pl.String if c in text else pl.Int64).alias(c)
+            for c in absent_optional
+        )
     return frame
 
 
-def _short(exc: Exception) -> str:
+def decode_text_columns(frame: pl.DataFrame, columns: Collection[str]) -> pl.DataFrame:
+    """Decode BLOB-read text ``columns`` as UTF-8: invalid bytes become U+FFFD, NULs are dropped.
+
+    The fast path is one validating cast; only a column that holds invalid UTF-8 is decoded
+    value by value (files from other machines: binary device info, truncated strings).
+    """
+    fixed = []
+    for name in columns:
+        column = frame[name]
+        if column.dtype == pl.String:
+            decoded = column
+        elif column.dtype == pl.Binary:
+            try:
+                decoded = column.cast(pl.String)
+            except pl.exceptions.ComputeError:  # invalid UTF-8 somewhere in the column
+                decoded = pl.Series(
+                    name,
+                    [None if v is None else v.decode("utf-8", "replace") for v in column],
+                    dtype=pl.String,
+                )
+        else:  # all-null columns come back untyped; numbers stored in a TEXT column
+            decoded = column.cast(pl.String)
+        fixed.append(decoded.str.replace_all("\x00", "", literal=True))
+    return frame.with_columns(fixed) if fixed else frame
+
+
+_FATAL = (KeyboardInterrupt, SystemExit, GeneratorExit, MemoryError)
+
+
+def _read_error(path: Path, exc: BaseException) -> BaseException:
+    """The :class:`TraceReadError` for a driver/Arrow/Polars failure while reading ``path``.
+
+    Rust-side panics (``pyo3_runtime.PanicException``) derive from BaseException, not
+    Exception; they mean unreadable data too. Interrupts and exits pass through unchanged.
+    """
+    if isinstance(exc, (*_FATAL, TraceReadError)):
+        return exc
+    return TraceReadError(str(path), _short(exc))
+
+
+def _short(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     for prefix in ("INVALID_ARGUMENT: ", "IO: ", "[SQLite] "):
         text = text.replace(prefix, "")
@@ -225,6 +289,20 @@ _ALWAYS_READ = (
 )
 
 
+def is_nsys_export(table_names: Collection[str]) -> bool:
+    """Whether a database's tables are those of an ``nsys export --type sqlite`` file.
+
+    Every export has ``StringIds``; besides it, the metadata table (2022+), the session start, or,
+    in exports older than both (nsys 2021), the activity tables themselves.
+    """
+    if "StringIds" not in table_names:
+        return False
+    return any(
+        name in table_names
+        for name in (T.EXPORT_META.name, *T.EXPORT_META.alt_names, T.SESSION_START.name)
+    ) or any(name.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS")) for name in table_names)
+
+
 def read_export(
     path: str | Path, *, label: str | None = None, streamed: Collection[TableSpec] = ()
 ) -> RawTrace:
@@ -238,20 +316,26 @@ def read_export(
     path = Path(path)
     export = Export(path)
     try:
-        is_nsys = "StringIds" in export.table_names and (
-            export.resolve_table(T.EXPORT_META) is not None
-            or "TARGET_INFO_SESSION_START_TIME" in export.table_names
-        )
-        if not is_nsys:
+        if not is_nsys_export(export.table_names):
             raise NotAnNsysExport(str(path))
         frames: dict[str, pl.DataFrame] = {}
         missing: list[str] = []
-        for spec in (*T.DATA_TABLES, *_ALWAYS_READ):
+        read_warnings: list[str] = []
+        for spec in (*T.DATA_TABLES, *T.OPTIONAL_DATA_TABLES, *_ALWAYS_READ):
             if spec in streamed:
-                if export.resolve_table(spec) is None:
+                if export.resolve_table(spec) is None and spec in T.DATA_TABLES:
                     missing.append(spec.name)
                 continue
-            frame = export.read(spec)
+            try:
+                frame = export.read(spec)
+            except MissingColumns as exc:
+                if spec in T.DATA_TABLES:
+                    raise
+                # metadata in a layout this version does not know: analysis goes on without it
+                read_warnings.append(
+                    f"{path.name}: {exc.table} skipped (lacks {', '.join(exc.columns)})"
+                )
+                continue
             if frame is None:
                 if spec in T.DATA_TABLES:
                     missing.append(spec.name)
@@ -264,13 +348,18 @@ def read_export(
     env = _pairs(frames.get(T.SYSTEM_ENV.name))
     start = frames.get(T.SESSION_START.name)
     details = frames.get(T.ANALYSIS_DETAILS.name)
-    warnings = []
+    warnings = read_warnings
     session_start = None
     if start is not None and start.height:
         session_start = int(start["utcEpochNs"][0])
     else:
         warnings.append(
             f"{path.name}: no TARGET_INFO_SESSION_START_TIME; cannot align its clock with other files"
+        )
+    if not meta:
+        warnings.append(
+            f"{path.name}: no export metadata table (an nsys release older than 2022?): "
+            "nsys version unknown"
         )
     return RawTrace(
         path=path,

@@ -203,8 +203,14 @@ def attribute_buckets(
             pl.lit(None, dtype=dtype).alias(name) for name, dtype in energy.ENERGY_COLUMNS.items()
         )
     table = aggregate.phase_table(phases, metrics)
+    totals = sums.totals()
+    if not totals["gpu_time_conserved"]:
+        warnings.append(
+            "GPU time not conserved: attributed + unattributed differs from the operations' "
+            f"total ({totals['total_gpu_ns']} ns) — please report this trace"
+        )
     summary = {
-        **sums.totals(),
+        **totals,
         "window_timeline": timeline_source,
         "n_phase_ranges": phases.height,
         "n_devices": n_devices,
@@ -293,10 +299,18 @@ class _RunSums:
             dur.filter(kind == "memcpy").sum().alias("memcpy_ns"),
             pl.col("bytes").filter(kind == "memcpy").sum().alias("memcpy_bytes"),
             dur.filter(kind == "memset").sum().alias("memset_ns"),
+            dur.filter(kind == "graph").sum().alias("graph_ns"),
+            (kind == "graph").sum().alias("n_graphs"),
         ).row(0, named=True)
+        # both parts summed from the split pieces, not one as the other's remainder: their sum
+        # equals the operations' own total only if splitting lost and doubled nothing
         counted["attributed_gpu_ns"] = pieces.filter(pl.col("rid").is_not_null())[
             "overlap_ns"
         ].sum()
+        counted["unattributed_gpu_ns"] = pieces.filter(pl.col("rid").is_null())["overlap_ns"].sum()
+        counted["projection_unattributed_gpu_ns"] = activity.filter(
+            pl.col("projection_path").is_null()
+        )["dur_ns"].sum()
         for name in _TOTALS:
             self._totals[name] += int(counted[name] or 0)
 
@@ -306,10 +320,15 @@ class _RunSums:
         return {
             "total_gpu_ns": t["total_gpu_ns"],
             "attributed_gpu_ns": t["attributed_gpu_ns"],
-            "unattributed_gpu_ns": t["total_gpu_ns"] - t["attributed_gpu_ns"],
+            "unattributed_gpu_ns": t["unattributed_gpu_ns"],
             "projection_attributed_gpu_ns": t["projection_attributed_gpu_ns"],
-            "projection_unattributed_gpu_ns": t["total_gpu_ns"] - t["projection_attributed_gpu_ns"],
-            **{k: t[k] for k in _TOTALS if k.startswith(("n_", "kernel", "nccl", "mem"))},
+            "projection_unattributed_gpu_ns": t["projection_unattributed_gpu_ns"],
+            "gpu_time_conserved": (
+                t["attributed_gpu_ns"] + t["unattributed_gpu_ns"] == t["total_gpu_ns"]
+                and t["projection_attributed_gpu_ns"] + t["projection_unattributed_gpu_ns"]
+                == t["total_gpu_ns"]
+            ),
+            **{k: t[k] for k in _TOTALS if k.startswith(("n_", "kernel", "nccl", "mem", "graph"))},
         }
 
     def blocks(self) -> pl.DataFrame:
@@ -337,7 +356,9 @@ class _RunSums:
 _TOTALS = (
     "total_gpu_ns",
     "attributed_gpu_ns",
+    "unattributed_gpu_ns",
     "projection_attributed_gpu_ns",
+    "projection_unattributed_gpu_ns",
     "n_gpu_ops",
     "n_kernels",
     "kernel_ns",
@@ -345,6 +366,8 @@ _TOTALS = (
     "memcpy_ns",
     "memcpy_bytes",
     "memset_ns",
+    "graph_ns",
+    "n_graphs",
 )
 _BLOCK = ("device", "start_ns", "end_ns")
 _EMPTY_OPS = pl.DataFrame(schema={**OPS_SCHEMA, **CALL_COLUMNS, "op_id": pl.Int64})

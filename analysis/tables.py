@@ -23,6 +23,8 @@ class TableSpec:
     aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: Alternative table names in other nsys versions, tried in order after ``name``.
     alt_names: tuple[str, ...] = ()
+    #: TEXT columns: read as bytes and decoded leniently (real files hold invalid UTF-8).
+    text: tuple[str, ...] = ()
 
 
 NVTX_EVENTS = TableSpec(
@@ -40,6 +42,7 @@ NVTX_EVENTS = TableSpec(
         "uint32Value",
         "category",
     ),
+    text=("text",),
 )
 _GPU_OP_COMMON = ("start", "end", "deviceId", "streamId", "correlationId", "globalPid")
 KERNELS = TableSpec(
@@ -58,23 +61,44 @@ MEMCPY = TableSpec(
     optional=("srcDeviceId", "dstDeviceId"),
 )
 MEMSET = TableSpec("CUPTI_ACTIVITY_KIND_MEMSET", required=(*_GPU_OP_COMMON, "bytes"))
-STRING_IDS = TableSpec("StringIds", required=("id", "value"))
+#: Whole CUDA graph executions, recorded instead of their kernels under
+#: ``--cuda-graph-trace=graph`` (nsys 2023+; columns as in export schema 3.16).
+GRAPH_TRACE = TableSpec(
+    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
+    required=(*_GPU_OP_COMMON,),
+    optional=("graphId", "graphExecId"),
+)
+STRING_IDS = TableSpec("StringIds", required=("id", "value"), text=("value",))
 SESSION_START = TableSpec("TARGET_INFO_SESSION_START_TIME", required=("utcEpochNs",))
 ANALYSIS_DETAILS = TableSpec("ANALYSIS_DETAILS", required=("duration",), optional=("startTime",))
-PROCESSES = TableSpec("PROCESSES", required=("globalPid", "pid"), optional=("name",))
+PROCESSES = TableSpec(
+    "PROCESSES", required=("globalPid", "pid"), optional=("name",), text=("name",)
+)
 THREAD_NAMES = TableSpec("ThreadNames", required=("nameId", "globalTid"))
 EXPORT_META = TableSpec(
-    "META_DATA_EXPORT", required=("name", "value"), alt_names=("EXPORT_META_DATA",)
+    "META_DATA_EXPORT",
+    required=("name", "value"),
+    alt_names=("EXPORT_META_DATA",),
+    text=("name", "value"),
 )
-SYSTEM_ENV = TableSpec("TARGET_INFO_SYSTEM_ENV", required=("name", "value"))
+SYSTEM_ENV = TableSpec("TARGET_INFO_SYSTEM_ENV", required=("name", "value"), text=("name", "value"))
 TARGET_GPU = TableSpec(
-    "TARGET_INFO_GPU", required=("id",), optional=("name", "uuid", "busLocation")
+    "TARGET_INFO_GPU",
+    required=("id",),
+    optional=("name", "uuid", "busLocation", "cuDevice"),
+    aliases={"id": ("deviceId",)},  # nsys 2021
+    text=("name", "uuid", "busLocation"),
 )
 GPU_METRICS = TableSpec("GPU_METRICS", required=("timestamp", "typeId", "metricId", "value"))
 GPU_METRICS_INFO = TableSpec(
-    "TARGET_INFO_GPU_METRICS", required=("typeId", "metricId", "metricName"), optional=("typeName",)
+    "TARGET_INFO_GPU_METRICS",
+    required=("typeId", "metricId", "metricName"),
+    optional=("typeName",),
+    text=("metricName", "typeName"),
 )
 
 #: Tables an export lacks when the capture did not collect that kind of data; their absence is
 #: reported in ``summary.json`` and as a warning, and analysis goes on without them.
 DATA_TABLES: tuple[TableSpec, ...] = (NVTX_EVENTS, KERNELS, RUNTIME, MEMCPY, MEMSET)
+#: Tables that only some captures produce; their absence is normal and not reported.
+OPTIONAL_DATA_TABLES: tuple[TableSpec, ...] = (GRAPH_TRACE,)

@@ -62,7 +62,7 @@ def test_clock_marks_recover_the_sampler_clock_offset(run):
 
 def test_idle_baseline_above_idle_and_transition_energy(run):
     _, result, _ = run
-    assert result.summary["idle_power_w"] == {"synthetic:0": 90.0, "synthetic:1": 90.0}
+    assert result.summary["idle_power_w"] == {"run:0": 90.0, "run:1": 90.0}
     window = result.phases.filter(pl.col("attribution") == "window")
     expected_above = window["energy_j"] - 90.0 * 2 * window["wall_ns"] / 1e9
     assert (window["energy_above_idle_j"] - expected_above).abs().max() < 1e-9
@@ -91,7 +91,7 @@ def test_projection_rows_count_their_own_gpu(run):
         "energy_j"
     ].sum()
     # the worker range lies inside gen: its GPU's energy is at most that GPU's energy in gen
-    assert 0 < gen_rank0 <= per_device.filter(pl.col("device") == "synthetic:0")["energy_j"].item()
+    assert 0 < gen_rank0 <= per_device.filter(pl.col("device") == "run:0")["energy_j"].item()
 
 
 def test_split_files_align_power_like_the_combined_file(tmp_path):
