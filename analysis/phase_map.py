@@ -1,6 +1,7 @@
 """Which NVTX ranges are phases, and under which name.
 
-The default map knows VeRL's trainer and worker phase names and the subphases nvtx_phases emits;
+The default map knows VeRL's trainer phase names, its workers' stage labels (VeRL 0.9.1's own
+nsys profiler) and older method names, and the subphases nvtx_phases emits;
 every range in the :data:`nvtx_phases.naming.DOMAIN` domain is a phase. A user TOML file extends
 or renames::
 
@@ -23,7 +24,14 @@ from pathlib import Path
 import polars as pl
 
 from analysis.errors import PhaseMapError
-from nvtx_phases.naming import DOMAIN, STEP, SUBPHASES, VERL_TRAINER_PHASES, VERL_WORKER_PHASES
+from nvtx_phases.naming import (
+    DOMAIN,
+    STEP,
+    SUBPHASES,
+    VERL_PROFILER_ROLES,
+    VERL_TRAINER_PHASES,
+    VERL_WORKER_PHASES,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -64,9 +72,20 @@ class PhaseMap:
 
 
 def default_phase_map() -> PhaseMap:
-    """VeRL's trainer and worker phases, nvtx_phases subphases, and the nvtx_phases domain."""
+    """VeRL's trainer and worker phases, nvtx_phases subphases, and the nvtx_phases domain.
+
+    VeRL 0.9.1's own stage labels (``actor_compute_log_prob``, ``actor_update``, …) are phases
+    under their own names, not renamed to the method names (``compute_log_prob``,
+    ``update_actor``): the label says which model ran (``actor_compute_log_prob`` also computes
+    the reference log-probs when the reference lives in the actor, e.g. with LoRA, so it is not
+    always ``old_log_prob`` work), and with nvtx_phases's VeRL hooks installed too both ranges
+    enclose the same call, which then reads ``actor_update/update_actor`` rather than an
+    ambiguous ``update_actor/update_actor``. A ``[rename]`` table merges them where wanted.
+    """
     return PhaseMap(
-        names=frozenset((*VERL_TRAINER_PHASES, *VERL_WORKER_PHASES, *SUBPHASES)),
+        names=frozenset(
+            (*VERL_TRAINER_PHASES, *VERL_PROFILER_ROLES, *VERL_WORKER_PHASES, *SUBPHASES)
+        ),
         domains=frozenset({DOMAIN}),
         step_names=frozenset({STEP}),
     )

@@ -3,8 +3,8 @@
 A training step is one NVTX range named ``step``; phases nest inside it and subphases inside
 phases (``step > phase > subphase``), so a range's *path* reads ``step/gen/weight_sync``. Ranges
 emitted by :mod:`nvtx_phases` live in the NVTX domain :data:`DOMAIN` and carry the step index as
-their int64 payload, so the analysis needs no name parsing. VeRL's own range names (trainer and
-worker side) are known phases too.
+their int64 payload, so the analysis needs no name parsing. VeRL's own range names (trainer side,
+worker stage labels and older worker method names) are known phases too.
 """
 
 from __future__ import annotations
@@ -16,7 +16,11 @@ STEP = "step"
 #: Separator of a range path (``step/gen/weight_sync``).
 PATH_SEP = "/"
 
-#: Phases VeRL's trainer marks in its driver process (``marked_timer`` names, VeRL 0.9.1).
+#: Phases VeRL's trainer marks in its driver process (``marked_timer`` names). VeRL 0.9.1's
+#: ``RayPPOTrainer.fit`` marks all but ``gen_max`` (older releases' REMAX baseline) and the
+#: ``switch_*`` ones (its ``trainer.v1`` separate-async trainer); ``ref`` is
+#: ``str(Role.RefPolicy)``. ``start_profile``/``stop_profile`` enclose the profiler's start and
+#: stop, outside ``step``; ``dump_rollout_generations`` writes generations to disk.
 VERL_TRAINER_PHASES: tuple[str, ...] = (
     "step",
     "gen",
@@ -31,8 +35,30 @@ VERL_TRAINER_PHASES: tuple[str, ...] = (
     "update_weights",
     "testing",
     "save_checkpoint",
+    "dump_rollout_generations",
+    "start_profile",
+    "stop_profile",
+    "switch_to_trainer",
+    "switch_wait",
+    "switch_to_rollout",
 )
-#: Methods VeRL's workers run under ``DistProfiler.annotate`` (names as they appear in NVTX).
+#: Stage labels VeRL 0.9.1's own nsys profiler names worker ranges by: its
+#: ``DistProfiler.annotate(role=...)`` range is ``message or role or func.__name__``.
+#: ``ActorRolloutRefWorker.compute_log_prob`` / ``compute_ref_log_prob`` / ``update_actor`` and
+#: ``TrainingWorker.train_batch`` (per mini-batch of a critic update; inside ``actor_update`` too
+#: only if the actor's inner worker's profiler were started, which 0.9.1's trainer never does) in
+#: ``verl/workers/engine_workers.py``; ``TinkerTrainingWorker.forward_backward`` in
+#: ``engine_workers_tinker.py``. 0.9.1 marks no other worker range: the critic's values
+#: (``infer_batch``), the reward loop and the rollout servers run unannotated.
+VERL_PROFILER_ROLES: tuple[str, ...] = (
+    "actor_compute_log_prob",
+    "ref_compute_log_prob",
+    "actor_update",
+    "train_batch",
+    "forward_backward",
+)
+#: Methods VeRL's workers ran under ``DistProfiler.annotate`` before the stage labels (names as
+#: they appear in NVTX; also the names nvtx_phases's VeRL hooks give the 0.9.1 worker methods).
 VERL_WORKER_PHASES: tuple[str, ...] = (
     "generate_sequences",
     "compute_log_prob",
