@@ -10,7 +10,12 @@ Deliberate features, each with ground truth: a generation kernel that runs past 
 ``gen`` (split by the window scheme), NCCL kernels on a second stream overlapping compute
 (busy time counts overlap once), GPU-free phases (``reward``, ``adv``), warm-up kernels before
 the first step (unattributed), response-length skew across ranks, and optionally one file per
-process with different session start times (clock alignment).
+process with different session start times (clock alignment). With ``graphs=True`` most decode
+kernels of ``generate_sequences`` run as CUDA graph executions instead (``nsys profile
+--cuda-graph-trace=graph``: rows of ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE``, DDL of nsys 2024.x in
+``schema/nsys-graph-trace-2024.sql``, launched by ``cudaGraphLaunch_v10000`` runtime calls), one
+of them straddling the ``gen`` boundary. :mod:`analysis.synth_ray` builds a Ray-style capture
+(one export per process, two processes sharing each GPU) from the same parts.
 
 The ground truth is computed by brute force from the generated operation list (numpy clipping
 per range), independently of :mod:`analysis`.
@@ -94,6 +99,18 @@ NCCL_KERNELS = {
 }
 COMPUTE_STREAM, NCCL_STREAM, COPY_STREAM = 7, 13, 15
 COPY_KIND_H2D, COPY_KIND_D2H, COPY_KIND_D2D, COPY_KIND_P2P = 1, 2, 8, 10
+#: Runtime API names of the launch calls, as nsys stores them (``nameId`` → ``StringIds``).
+LAUNCH_NAMES = {
+    "kernel": "cudaLaunchKernel_v7000",
+    "memcpy": "cudaMemcpyAsync_v3020",
+    "memset": "cudaMemsetAsync_v3020",
+    "graph": "cudaGraphLaunch_v10000",
+}
+#: (graphId, graphExecId) of the captured decode graphs (one per padded batch size).
+DECODE_GRAPHS = ((3, 7), (4, 8))
+#: Columns of the sampler's Parquet before it recorded GPU UUIDs; the default synthetic power
+#: files keep this layout (an older sampler's file), so the bundled samples stay as they were.
+LEGACY_SAMPLER_COLUMNS = tuple(c for c in SAMPLER_COLUMNS if c != "uuid")
 
 
 @dataclass(frozen=True)
@@ -126,6 +143,9 @@ class SynthConfig:
     #: Score rewards with a learned reward model on the GPUs (``compute_rm_score`` in
     #: ``reward``) instead of a rule function on the CPU.
     reward_model: bool = False
+    #: Run most decode kernels of ``generate_sequences`` as CUDA graph executions
+    #: (``CUPTI_ACTIVITY_KIND_GRAPH_TRACE``), the straddling one included.
+    graphs: bool = False
 
 
 @dataclass
@@ -146,10 +166,11 @@ class _Ops:
     call_end: list[int]
     correlation: list[int]
     worker_range: list[int]  # index into worker ranges, -1 when launched outside any
+    graph: list[tuple[int, int]]  # (graphId, graphExecId) of a graph execution, else (0, 0)
 
 
 def _empty_ops() -> _Ops:
-    return _Ops(*([] for _ in range(14)))
+    return _Ops(*([] for _ in range(15)))
 
 
 @dataclass
@@ -186,6 +207,7 @@ class _Builder:
         copy_kind=0,
         call_start,
         worker_range,
+        graph=(0, 0),
     ) -> None:
         pid = WORKER_PID0 + rank
         o = self.ops
@@ -204,6 +226,13 @@ class _Builder:
         o.correlation.append(self.next_corr[pid])
         self.next_corr[pid] += 1
         o.worker_range.append(worker_range)
+        o.graph.append(graph)
+
+    def decode_kind(self, name: str, i: int) -> tuple[str, tuple[int, int]]:
+        """Kind and graph ids of compute kernel ``i`` of a worker range (graphs: see config)."""
+        if self.cfg.graphs and name == "generate_sequences" and i >= 2 and i % 4 != 3:
+            return "graph", DECODE_GRAPHS[i % 2]  # prefill and every 4th (sampling) stay eager
+        return "kernel", (0, 0)
 
     def worker_phase(
         self, rank: int, name: str, w_start: int, w_end: int, step: int, *, straddle_to: int | None
@@ -253,29 +282,33 @@ class _Builder:
             e = s + int(durations[i])
             starts.append(s)
             ends.append(e)
+            kind, graph = self.decode_kind(name, i)
             self.add_op(
-                kind="kernel",
+                kind=kind,
                 rank=rank,
                 stream=COMPUTE_STREAM,
                 start=s,
                 end=e,
-                name=COMPUTE_KERNELS[i % len(COMPUTE_KERNELS)],
+                name=COMPUTE_KERNELS[i % len(COMPUTE_KERNELS)] if kind == "kernel" else ("", ""),
                 call_start=call,
                 worker_range=idx,
+                graph=graph,
             )
             cursor = e + int(gaps)
         if straddle_to is not None:
             # an async kernel launched at the end of the range that runs into the next phase
             call = ends[-1] + 2 * US
+            graph = self.cfg.graphs and name == "generate_sequences"  # a decode step
             self.add_op(
-                kind="kernel",
+                kind="graph" if graph else "kernel",
                 rank=rank,
                 stream=COMPUTE_STREAM,
                 start=ends[-1] + 8 * US,
                 end=straddle_to,
-                name=COMPUTE_KERNELS[0],
+                name=("", "") if graph else COMPUTE_KERNELS[0],
                 call_start=call,
                 worker_range=idx,
+                graph=DECODE_GRAPHS[0] if graph else (0, 0),
             )
         if name in NCCL_KERNELS:
             # collectives on their own stream, overlapping compute kernels
@@ -372,7 +405,7 @@ class _Builder:
         """NVML-sampler layout: per device and instant, power and an exact energy counter (mJ)."""
         cfg = self.cfg
         t = self.sample_times()
-        columns: dict[str, list] = {c: [] for c in SAMPLER_COLUMNS}  # the real sampler's layout
+        columns: dict[str, list] = {c: [] for c in LEGACY_SAMPLER_COLUMNS}  # an older sampler's
         for device in range(cfg.ranks):
             power = self.power_at(device, t)
             counter_mj = self.cumulative_energy_j(device, t) * 1000.0
@@ -460,6 +493,16 @@ def _ddl(tables: set[str]) -> str:
     return "\n".join(chosen)
 
 
+GRAPH_TRACE_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+
+
+def graph_trace_ddl() -> str:
+    """``CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` as nsys 2024.x writes it."""
+    text = resources.files("analysis").joinpath("schema/nsys-graph-trace-2024.sql").read_text()
+    (statement,) = re.findall(r"(CREATE TABLE \w+ \(.*?\n\);)", text, flags=re.S)
+    return statement
+
+
 def _enum_rows() -> str:
     return resources.files("analysis").joinpath("schema/nsys-enums-2022.4.2.sql").read_text()
 
@@ -500,6 +543,7 @@ _KERNEL_COLUMNS = (
 )
 _MEMCPY_COLUMNS = (*_GPU_COMMON, "bytes", "copyKind", "srcDeviceId", "dstDeviceId")
 _MEMSET_COLUMNS = (*_GPU_COMMON, "value", "bytes", "memKind")
+_GRAPH_COLUMNS = (*_GPU_COMMON, "graphId", "graphExecId")
 
 
 def _insert(table: str, columns: tuple[str, ...]) -> str:
@@ -528,19 +572,8 @@ def _write_file(
             return strings[text]
 
         sid("[Unknown]")
-        con.executemany(
-            "INSERT INTO EXPORT_META_DATA VALUES (?, ?)",
-            [
-                ("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems"),
-                ("EXPORT_PRODUCT_VERSION", "2022.4.2.1"),
-                ("EXPORT_SCHEMA_VERSION", "3.0.0"),
-                ("EXPORT_SCHEMA_VERSION_MAJOR", "3"),
-                ("EXPORT_SCHEMA_VERSION_MINOR", "0"),
-                ("EXPORT_SCHEMA_VERSION_MICRO", "0"),
-                ("EXPORT_HOST", "synthetic"),
-                ("EXPORT_LAZY", "true"),
-                ("GENERATED_BY", "nvtx-phases analysis.synth (synthetic VeRL-like GRPO run)"),
-            ],
+        write_export_meta(
+            con, "synthetic", "nvtx-phases analysis.synth (synthetic VeRL-like GRPO run)"
         )
         con.execute(
             "INSERT INTO TARGET_INFO_SYSTEM_ENV VALUES (?, ?, ?, ?, ?)",
@@ -634,11 +667,8 @@ def _write_file(
         )
         o = b.ops
         idx = [i for i, p in enumerate(o.pid) if p in pids]
-        launch_names = {
-            "kernel": sid("cudaLaunchKernel_v7000"),
-            "memcpy": sid("cudaMemcpyAsync_v3020"),
-            "memset": sid("cudaMemsetAsync_v3020"),
-        }
+        kinds = ("kernel", "memcpy", "memset", *(["graph"] if b.cfg.graphs else []))
+        launch_names = {kind: sid(LAUNCH_NAMES[kind]) for kind in kinds}
         con.executemany(
             "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,?,?,?,?)",
             [
@@ -655,7 +685,7 @@ def _write_file(
                 for i in idx
             ],
         )
-        kernels, memcpys, memsets = [], [], []
+        kernels, memcpys, memsets, graphs = [], [], [], []
         for i in idx:
             common = (
                 o.start[i] - shift_ns,
@@ -689,11 +719,16 @@ def _write_file(
                 )
             elif o.kind[i] == "memcpy":
                 memcpys.append((*common, o.bytes[i], o.copy_kind[i], o.device[i], o.device[i]))
+            elif o.kind[i] == "graph":
+                graphs.append((*common, *o.graph[i]))
             else:
                 memsets.append((*common, 0, o.bytes[i], 2))
         con.executemany(_insert("CUPTI_ACTIVITY_KIND_KERNEL", _KERNEL_COLUMNS), kernels)
         con.executemany(_insert("CUPTI_ACTIVITY_KIND_MEMCPY", _MEMCPY_COLUMNS), memcpys)
         con.executemany(_insert("CUPTI_ACTIVITY_KIND_MEMSET", _MEMSET_COLUMNS), memsets)
+        if graphs:  # exports are lazy: the table exists only where a graph ran
+            con.executescript(graph_trace_ddl())
+            con.executemany(_insert(GRAPH_TRACE_TABLE, _GRAPH_COLUMNS), graphs)
         con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(v, k) for k, v in strings.items()])
         con.commit()
     finally:
@@ -735,6 +770,14 @@ def ground_truth(b: _Builder) -> dict:
         busy = sum(
             _union(bs[busy_mask & (device == d)], be[busy_mask & (device == d)]) for d in devices
         )
+        graph = (  # only with graphs: the default ground truth keeps its layout
+            {
+                "graph_ns": int(dur[kind == "graph"].sum()),
+                "n_graphs": int((counted & (kind == "graph")).sum()),
+            }
+            if b.cfg.graphs
+            else {}
+        )
         return {
             "kernel_ns": int(dur[kind == "kernel"].sum()),
             "nccl_ns": int(dur[(kind == "kernel") & is_nccl].sum()),
@@ -742,6 +785,7 @@ def ground_truth(b: _Builder) -> dict:
             "memcpy_bytes": int(nbytes[counted & (kind == "memcpy")].sum()),
             "memset_ns": int(dur[kind == "memset"].sum()),
             "n_kernels": int((counted & (kind == "kernel")).sum()),
+            **graph,
             "gpu_busy_ns": int(busy),
         }
 
@@ -794,10 +838,29 @@ def ground_truth(b: _Builder) -> dict:
         "n_gpu_ops": len(start),
         "n_kernels": int((kind == "kernel").sum()),
         "n_steps": b.cfg.steps,
+        **(_graph_totals(kind, start, end) if b.cfg.graphs else {}),
         "driver_phases": driver,
         "worker_phases": workers,
         "kernels": kernels,
         **(_energy_truth(b) if b.cfg.power else {}),
+    }
+
+
+GRAPH_NOTE = (
+    "A CUDA graph execution (CUPTI_ACTIVITY_KIND_GRAPH_TRACE row, launched by "
+    "cudaGraphLaunch_v10000) is one GPU operation of class cuda_graph: its time is counted in "
+    "total_gpu_ns, gpu_busy_ns and graph_ns, never in kernel_ns or n_kernels (its kernels are "
+    "not listed), and graphs are not in the kernels table."
+)
+
+
+def _graph_totals(kind: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict:
+    """Run totals of graph executions, and the note that says how they are counted."""
+    graph = kind == "graph"
+    return {
+        "graph_ns": int((end - start)[graph].sum()),
+        "n_graphs": int(graph.sum()),
+        "notes": [GRAPH_NOTE],
     }
 
 
@@ -907,6 +970,27 @@ def generate(
         frame = pl.DataFrame(b.power_samples()).cast({c: pl.Int32 for c in small_ints})
         frame.write_parquet(power_path)
     if with_truth:
-        truth = {"config": asdict(cfg), **ground_truth(b)}
+        config = asdict(cfg)
+        if not cfg.graphs:  # added later: absent when off, so older ground truths stay as they are
+            del config["graphs"]
+        truth = {"config": config, **ground_truth(b)}
         truth_path.write_text(json.dumps(truth, indent=1) + "\n")
     return written
+
+
+def write_export_meta(con: sqlite3.Connection, host: str, generated_by: str) -> None:
+    """The ``EXPORT_META_DATA`` rows of an nsys 2022.4.2 export (schema 3.0.0)."""
+    con.executemany(
+        "INSERT INTO EXPORT_META_DATA VALUES (?, ?)",
+        [
+            ("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems"),
+            ("EXPORT_PRODUCT_VERSION", "2022.4.2.1"),
+            ("EXPORT_SCHEMA_VERSION", "3.0.0"),
+            ("EXPORT_SCHEMA_VERSION_MAJOR", "3"),
+            ("EXPORT_SCHEMA_VERSION_MINOR", "0"),
+            ("EXPORT_SCHEMA_VERSION_MICRO", "0"),
+            ("EXPORT_HOST", host),
+            ("EXPORT_LAZY", "true"),
+            ("GENERATED_BY", generated_by),
+        ],
+    )

@@ -1,9 +1,13 @@
 """Sample GPU power, energy, SM clock and utilization with NVML in a background thread.
 
-Per GPU and sample: ``host`` and ``pid`` of the sampling process, ``wall_ns`` and ``mono_ns``
-(its clocks), ``power_w``,
+Per GPU and sample: ``host`` and ``pid`` of the sampling process, ``device`` (NVML's index on
+that host), ``uuid`` (``nvmlDeviceGetUUID``: ``GPU-cf6b97c0-bf53-a39e-febd-9532190b5766``;
+nsys's ``TARGET_INFO_GPU.uuid`` holds the same UUID without the ``GPU-`` prefix, so samples are
+matched to the GPU a trace's operations ran on by UUID, not by index: under Ray every process
+numbers its GPU 0), ``wall_ns`` and ``mono_ns`` (its clocks), ``power_w``,
 ``energy_mj`` (the GPU's total-energy counter where it has one, else null), ``sm_clock_mhz``,
-``gpu_util_pct``, ``mem_util_pct``. Samples are written as Parquet next to the trace.
+``gpu_util_pct``, ``mem_util_pct``. Samples are written as Parquet next to the trace. Files from
+samplers older than the ``uuid`` column lack it.
 
 Clock alignment: at start, at stop and every ``mark_every_s`` seconds the sampler emits an NVTX
 mark ``nvtx_phases.power_clock mono_ns=… wall_ns=…`` in the ``nvtx_phases`` domain. Run under
@@ -37,6 +41,7 @@ COLUMNS = (
     "host",
     "pid",
     "device",
+    "uuid",
     "wall_ns",
     "mono_ns",
     "power_w",
@@ -84,6 +89,14 @@ def _optional(read: Callable[[], Any]) -> Any:
         return None
 
 
+def gpu_uuid(nv: Any, handle: Any) -> str | None:
+    """The GPU's UUID as NVML spells it (``GPU-…``; older pynvml returns bytes), or None."""
+    uuid = _optional(lambda: nv.nvmlDeviceGetUUID(handle))
+    if isinstance(uuid, bytes):
+        uuid = uuid.decode("ascii", errors="replace")
+    return uuid or None
+
+
 @dataclass
 class PowerSampler:
     """Background NVML sampler; use as a context manager or call ``start``/``stop``."""
@@ -129,11 +142,12 @@ class PowerSampler:
     def _run(self) -> None:
         nv = self._nvml_module
         handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
+        uuids = [gpu_uuid(nv, handle) for handle in handles]  # fixed for the process's life
         next_mark = time.monotonic() + self.mark_every_s
         try:
             while not self._stop.is_set():
                 for index, handle in enumerate(handles):
-                    self._sample(nv, index, handle)
+                    self._sample(nv, index, handle, uuids[index])
                 if time.monotonic() >= next_mark:
                     emit_clock_mark()
                     next_mark += self.mark_every_s
@@ -141,11 +155,12 @@ class PowerSampler:
         except Exception as exc:  # a sampler must never kill the workload it measures
             log.warning("power: sampling stopped (%s)", exc)
 
-    def _sample(self, nv: Any, index: int, handle: Any) -> None:
+    def _sample(self, nv: Any, index: int, handle: Any, uuid: str | None) -> None:
         s = self.samples
         s["host"].append(self._host)
         s["pid"].append(self._pid)
         s["device"].append(index)
+        s["uuid"].append(uuid)
         s["wall_ns"].append(time.time_ns())
         s["mono_ns"].append(time.monotonic_ns())
         milliwatts = _optional(lambda: nv.nvmlDeviceGetPowerUsage(handle))
@@ -170,6 +185,7 @@ class PowerSampler:
                 "host": pl.String,
                 "pid": pl.Int64,
                 "device": pl.Int32,
+                "uuid": pl.String,
                 "wall_ns": pl.Int64,
                 "mono_ns": pl.Int64,
                 "power_w": pl.Float64,

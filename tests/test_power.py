@@ -26,6 +26,7 @@ def test_parquet_layout_from_recorded_samples(tmp_path):
         "host": ["gpu-node-7", "gpu-node-7"],
         "pid": [4242, 4242],
         "device": [0, 1],
+        "uuid": ["GPU-cf6b97c0-bf53-a39e-febd-9532190b5766", None],
         "wall_ns": [1_796_000_000_000_000_000, 1_796_000_000_050_000_000],
         "mono_ns": [5_000_000_000, 5_050_000_000],
         "power_w": [412.5, 98.1],
