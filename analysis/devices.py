@@ -81,3 +81,10 @@ def unidentified_warning(label: str, devices: list[str], identities: pl.DataFram
         f"{', '.join(d.rsplit(':', 1)[-1] for d in fallback)} (no TARGET_INFO_GPU); each counts "
         "as its own GPU, so a GPU shared with another file's process is counted twice"
     ]
+
+
+def device_label(device: str) -> str:
+    """A short name for figures: ``GPU-cf6b97c0`` for a UUID, the name itself otherwise."""
+    if device.startswith("GPU-") and len(device) > 12:
+        return device[:12]
+    return f"GPU {device}"

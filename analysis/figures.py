@@ -15,6 +15,7 @@ matplotlib.use("Agg")  # headless: clusters and CI have no display
 import matplotlib.pyplot as plt
 import polars as pl
 
+from analysis.devices import device_label
 from analysis.output import atomic_write
 from nvtx_phases.naming import phase_color
 
@@ -240,7 +241,7 @@ def energy_per_phase_device(phase_devices: pl.DataFrame, out: Path) -> list[Path
             [i - 0.4 + width * (k + 0.5) for i in range(len(names))],
             [values.get(n, 0.0) for n in names],
             width,
-            label=f"GPU {device}",
+            label=device_label(device),
         )
     ax.set_xticks(range(len(names)), [n.split("/", 1)[1] for n in names], rotation=30)
     ax.set_ylabel("energy (J, all steps)")
@@ -280,7 +281,7 @@ def power_timeline(phases: pl.DataFrame, samples: pl.DataFrame | None, out: Path
         ax.plot(
             (series["t_ns"] / 1e6).to_list(), series["power_w"].to_list(), color="#222222", lw=0.8
         )
-        ax.set_ylabel(f"GPU {device}\nW", fontsize=8)
+        ax.set_ylabel(f"{device_label(device)}\nW", fontsize=8)
     axes[-1, 0].set_xlabel("time (ms, run clock)")
     axes[0, 0].set_title("GPU power with phases")
     handles, labels = axes[0, 0].get_legend_handles_labels()

@@ -50,6 +50,8 @@ class LoadedTrace:
     nsys_version: str
     host: str
     session_start_utc_ns: int | None
+    #: UTC ns of this file's timestamp zero (see :mod:`analysis.align`)
+    clock_zero_utc_ns: int | None
     missing_tables: list[str]
     #: GPU model names the report lists
     gpus: list[str]
@@ -155,6 +157,7 @@ def load_trace(
         nsys_version=raw.nsys_version,
         host=raw.host,
         session_start_utc_ns=raw.session_start_utc_ns,
+        clock_zero_utc_ns=raw.clock_zero_utc_ns,
         missing_tables=raw.missing_tables,
         gpus=sorted(str(n) for n in identities["gpu_name"].drop_nulls().unique()),
         gpu_identities=used.with_columns(pl.lit(raw.host).alias("host")),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.align import clock_offsets
+from analysis.align import check_combinable, clock_offsets
 from analysis.errors import AnalysisError
 from analysis.launches import duplicate_warning, orphan_warning
 from analysis.loading import Engine, LoadedTrace, load_all, shifted
@@ -75,6 +75,7 @@ def analyze(
     on_file_done: Callable[[str], None] | None = None,
     chunk_ops: int = DEFAULT_CHUNK_OPS,
     spill_dir: str | Path | None = None,
+    force_combine: bool = False,
 ) -> Analysis:
     """Analyze one run given as one or more nsys SQLite exports (one per process or node).
 
@@ -83,7 +84,9 @@ def analyze(
     process pool or as Ray tasks (:mod:`analysis.loading`); the result does not depend on them.
     ``chunk_ops``: most GPU operations held in memory at once; bigger runs are spilled to
     Parquet in ``spill_dir`` (default: a temporary folder) and attributed one time bucket at
-    a time, with the same result.
+    a time, with the same result. Files that are not one run (capture windows apart, or the
+    same process in two files) are refused unless ``force_combine``
+    (:func:`analysis.align.check_combinable`).
     """
     phase_map = phase_map or default_phase_map()
     paths = [Path(p) for p in paths]
@@ -108,6 +111,7 @@ def analyze(
             engine=engine,
             on_file_done=on_file_done,
             chunk_ops=chunk_ops,
+            force_combine=force_combine,
         )
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
@@ -135,6 +139,7 @@ def _analyze(
     engine: Engine,
     on_file_done: Callable[[str], None] | None,
     chunk_ops: int,
+    force_combine: bool,
 ) -> Analysis:
     if progress:
         progress(f"reading {len(paths)} export(s)")
@@ -150,6 +155,7 @@ def _analyze(
     )
     _refuse_empty(loaded)
     offsets, warnings = clock_offsets(loaded)
+    warnings += check_combinable(loaded, force=force_combine)
     for trace in loaded:
         warnings.extend(trace.warnings)
     ranges = concat_or_empty(
@@ -171,7 +177,7 @@ def _analyze(
     if power_paths:
         if progress:
             progress("aligning power samples")
-        known = [t.session_start_utc_ns for t in loaded if t.session_start_utc_ns is not None]
+        known = [t.clock_zero_utc_ns for t in loaded if t.clock_zero_utc_ns is not None]
         power = align(
             load_samples(power_paths),
             marks,
@@ -222,6 +228,7 @@ def _analyze(
                 "nsys_version": t.nsys_version,
                 "host": t.host,
                 "session_start_utc_ns": t.session_start_utc_ns,
+                "clock_zero_utc_ns": t.clock_zero_utc_ns,
                 "clock_offset_ns": offsets[t.label],
                 "missing_tables": t.missing_tables,
             }

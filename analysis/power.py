@@ -62,6 +62,8 @@ def load_samples(paths: list[Path]) -> pl.DataFrame:
                 pl.col("mono_ns").cast(pl.Int64),
                 pl.col("power_w").cast(pl.Float64),
                 pl.col("energy_mj").cast(pl.Int64),
+                # two runs' samplers can share host, pid and clock readings: the file tells them apart
+                pl.lit(str(path)).alias("source"),
             )
         )
     return pl.concat(frames) if frames else pl.DataFrame()
@@ -169,11 +171,12 @@ def align(
 
 
 def _one_sampler_per_device(samples: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
-    """Keep, per GPU, the samples of the sampler (host, pid) that took the most of them."""
+    """Keep, per GPU, the samples of the sampler (file, host, pid) that took the most of them."""
+    sampler = ["source", "host", "pid"]
     counts = (
-        samples.group_by("device", "host", "pid")
+        samples.group_by("device", *sampler)
         .agg(pl.len().alias("n"))
-        .sort(["device", "n", "host", "pid"], descending=[False, True, False, False])
+        .sort(["device", "n", *sampler], descending=[False, True, False, False, False])
     )
     chosen = counts.unique(subset="device", keep="first", maintain_order=True)
     if chosen.height == counts.height:
@@ -184,7 +187,7 @@ def _one_sampler_per_device(samples: pl.DataFrame) -> tuple[pl.DataFrame, list[s
         f"GPU(s) {names} sampled by more than one power sampler (one per process, or files of "
         "different runs): the samples of the sampler with the most samples are used per GPU"
     )
-    kept = samples.join(chosen.select("device", "host", "pid"), on=["device", "host", "pid"])
+    kept = samples.join(chosen.select("device", *sampler), on=["device", *sampler])
     return kept, [warning]
 
 

@@ -31,6 +31,8 @@ class RawTrace:
     missing_tables: list[str]
     meta: dict[str, str]
     session_start_utc_ns: int | None
+    #: UTC ns of the file's timestamp zero (see :mod:`analysis.align`)
+    clock_zero_utc_ns: int | None
     duration_ns: int | None
     host: str
     warnings: list[str] = field(default_factory=list)
@@ -350,8 +352,11 @@ def read_export(
     details = frames.get(T.ANALYSIS_DETAILS.name)
     warnings = read_warnings
     session_start = None
+    clock_zero = None
     if start is not None and start.height:
         session_start = int(start["utcEpochNs"][0])
+        # nsys 2026+: timestamps on the host's clock, whose reading at the start is given
+        clock_zero = session_start - int(start["systemClockNs"].fill_null(0)[0])
     else:
         warnings.append(
             f"{path.name}: no TARGET_INFO_SESSION_START_TIME; cannot align its clock with other files"
@@ -368,6 +373,7 @@ def read_export(
         missing_tables=missing,
         meta=meta,
         session_start_utc_ns=session_start,
+        clock_zero_utc_ns=clock_zero,
         duration_ns=int(details["duration"][0]) if details is not None and details.height else None,
         host=env.get("Hostname", meta.get("EXPORT_HOST", "")),
         warnings=warnings,

@@ -169,17 +169,25 @@ def attribute_buckets(
     )
     energy_summary: dict = {"power_source": None}
     if power is not None and power.samples.height:
-        range_energy, device_energy, idle = energy.phase_energy(
+        phase_energy = energy.phase_energy(
             phases,
             concat_or_empty(sums.proj_devices, {"rid": pl.Int64, "device": pl.String}).unique(),
             sums.blocks(),
             power,
             idle_power_w=idle_power_w,
         )
+        range_energy, device_energy, idle = (
+            phase_energy.per_range,
+            phase_energy.per_device,
+            phase_energy.idle,
+        )
+        warnings += phase_energy.warnings
         metrics = metrics.join(range_energy, on="rid", how="full", coalesce=True)
         per_device = per_device.join(device_energy, on=["rid", "device"], how="full", coalesce=True)
+        balance, balance_warnings = energy.energy_balance(power, timeline)
+        warnings += balance_warnings
         energy_summary = {
-            **energy.energy_conservation(power, boundaries, innermost),
+            **balance,
             "power_source": power.source,
             "power_interval_ns": power.interval_ns,
             "power_alignment": power.alignment,

@@ -69,7 +69,9 @@ GRAPH_TRACE = TableSpec(
     optional=("graphId", "graphExecId"),
 )
 STRING_IDS = TableSpec("StringIds", required=("id", "value"), text=("value",))
-SESSION_START = TableSpec("TARGET_INFO_SESSION_START_TIME", required=("utcEpochNs",))
+SESSION_START = TableSpec(
+    "TARGET_INFO_SESSION_START_TIME", required=("utcEpochNs",), optional=("systemClockNs",)
+)
 ANALYSIS_DETAILS = TableSpec("ANALYSIS_DETAILS", required=("duration",), optional=("startTime",))
 PROCESSES = TableSpec(
     "PROCESSES", required=("globalPid", "pid"), optional=("name",), text=("name",)

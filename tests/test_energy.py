@@ -5,9 +5,15 @@ import shutil
 
 import polars as pl
 import pytest
+from nvtxp_testkit import SAMPLES
 from typer.testing import CliRunner
 
-from analysis.pipeline import analyze
+from analysis import energy
+from analysis.hierarchy import build_hierarchy
+from analysis.loading import load_trace
+from analysis.phase_map import default_phase_map
+from analysis.pipeline import analyze, device_aliases
+from analysis.power import PowerData, align, cumulative_energy, load_samples
 from analysis.synth import SynthConfig, generate
 from nvtx_phases.cli import app
 
@@ -197,3 +203,281 @@ def test_report_escapes_range_names(tmp_path):
     page = (tmp_path / "r" / "report.html").read_text()
     assert "<img src=x" not in page
     assert "&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+# --- conservation, measured three ways ----------------------------------------------------------
+
+SAMPLE = SAMPLES / "grpo_synthetic.sqlite"
+SAMPLE_RM = SAMPLES / "grpo_synthetic_rm.sqlite"
+DRIVER_PID = 1000
+NO_DEVICES = pl.DataFrame(schema={"rid": pl.Int64, "device": pl.String})
+
+
+@pytest.fixture(scope="module")
+def sample():
+    """The sample run's phases (driver: window) and its power, read by the real components."""
+    trace = load_trace(SAMPLE, "grpo_synthetic")
+    phases = build_hierarchy(trace.ranges, default_phase_map()).phases.with_columns(
+        pl.when(pl.col("pid") == DRIVER_PID)
+        .then(pl.lit("window"))
+        .otherwise(pl.lit("projection"))
+        .alias("attribution")
+    )
+
+    def power_of(name: str) -> PowerData:
+        return align(
+            load_samples([SAMPLES / name]),
+            trace.marks,
+            origin_utc_ns=trace.session_start_utc_ns,
+            op_devices=trace.ops.devices,
+            aliases=device_aliases([trace]),
+        )
+
+    return (
+        phases,
+        power_of("grpo_synthetic.power.parquet"),
+        power_of("grpo_synthetic_rm.power.parquet"),
+    )
+
+
+def test_balance_parts_are_measured_independently_and_agree(sample):
+    phases, power, _ = sample
+    driver = phases.filter(pl.col("attribution") == "window")
+    summary, warnings = energy.energy_balance(power, driver)
+    assert warnings == []
+    # counters in whole mJ: (68111 + 64175) mJ over the sampled span
+    assert summary["total_energy_j"] == pytest.approx(132.286, abs=1e-9)
+    assert summary["attributed_energy_j"] == pytest.approx(130.4954086, abs=1e-9)
+    assert summary["unattributed_energy_j"] == pytest.approx(1.7905914, abs=1e-9)
+    assert summary["energy_conserved"] is True
+    assert abs(summary["energy_balance_j"]) < 1e-9
+    truth = _truth(SAMPLE)
+    # the counter's mJ rounding and the interpolation at phase ends: well under 1 mJ per sample
+    assert summary["total_energy_j"] == pytest.approx(truth["total_energy_j"], abs=0.002)
+    assert summary["attributed_energy_j"] == pytest.approx(truth["attributed_energy_j"], abs=0.002)
+    assert summary["unattributed_energy_j"] == pytest.approx(
+        truth["unattributed_energy_j"], abs=1e-9
+    )
+    # attributed = the phase table's energy outside children: gap_energy_j, else energy_j
+    table = energy.phase_energy(phases, NO_DEVICES, pl.DataFrame(), power, idle_power_w=90.0)
+    assert table.warnings == []
+    window = table.per_range.join(driver.select("rid", "step", "path"), on="rid")
+    own = window.select(pl.coalesce("gap_energy_j", "energy_j").sum()).item()
+    assert own == pytest.approx(summary["attributed_energy_j"], abs=1e-9)
+    steps = window.filter(pl.col("path") == "step").sort("step")
+    # between the step's phases both GPUs draw idle power: 2 × 90 W × 1.55 ms
+    assert steps["gap_energy_j"].to_list() == pytest.approx([0.279] * 3, abs=1e-9)
+    assert steps["energy_j"].to_list() == pytest.approx(
+        [42.3369547, 44.79363926, 43.36481464], abs=1e-9
+    )
+
+
+def power_100w(*devices: str) -> PowerData:
+    """100 W on each device, sampled every second for 4 s, counter in mJ."""
+    t = [k * 1_000_000_000 for k in range(5)]
+    return PowerData(
+        samples=pl.DataFrame(
+            {
+                "device": [d for d in devices for _ in t],
+                "t_ns": t * len(devices),
+                "power_w": [100.0] * (5 * len(devices)),
+                "energy_mj": [k * 100_000 for k in range(5)] * len(devices),
+            }
+        ),
+        source="nvml-counter",
+        interval_ns=1_000_000_000,
+    )
+
+
+def ranges(*rows: tuple) -> pl.DataFrame:
+    """(rid, parent_rid, start_s, end_s) rows."""
+    return pl.DataFrame(
+        [(r, p, int(a * 1e9), int(b * 1e9)) for r, p, a, b in rows],
+        schema={"rid": pl.Int64, "parent_rid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64},
+        orient="row",
+    )
+
+
+def test_overlapping_phases_break_the_balance_with_a_warning():
+    power = power_100w("g:0")
+    nested = ranges((1, None, 0.5, 3.5), (2, 1, 1, 2))
+    summary, warnings = energy.energy_balance(power, nested)
+    assert summary == {
+        "total_energy_j": 400.0,
+        "attributed_energy_j": 300.0,
+        "unattributed_energy_j": 100.0,
+        "energy_conserved": True,
+        "energy_balance_j": 0.0,
+    }
+    assert warnings == []
+    # a range of another thread overlapping both: its second is counted twice
+    overlapping = pl.concat([nested, ranges((3, None, 1.5, 2.5))])
+    summary, warnings = energy.energy_balance(power, overlapping)
+    assert (summary["attributed_energy_j"], summary["unattributed_energy_j"]) == (400.0, 100.0)
+    assert (summary["energy_conserved"], summary["energy_balance_j"]) == (False, 100.0)
+    assert warnings == [
+        "energy not conserved: 400.000 J in phases + 100.000 J outside them = 500.000 J, but the "
+        "counters measured 400.000 J (+100.000 J): phase ranges overlap without nesting (driver "
+        "ranges of several threads or files, e.g. files of different runs), so their shared time "
+        "is counted twice"
+    ]
+
+
+def test_exclusive_intervals_clip_children_to_their_parent():
+    frame = ranges(
+        (1, None, 0, 100),
+        (2, 1, 10, 20),
+        (3, 1, 30, 120),  # overhangs its parent
+        (4, 3, 40, 50),
+        (5, None, 60, 60),  # empty
+        (6, None, 200, 300),
+        (7, 6, 200, 300),  # covers its parent
+    )
+    got = energy.exclusive_intervals(frame).with_columns(
+        (pl.col("start_ns") // 1_000_000_000), (pl.col("end_ns") // 1_000_000_000)
+    )
+    assert got.rows() == [
+        (1, 0, 10),
+        (1, 20, 30),
+        (2, 10, 20),
+        (3, 30, 40),
+        (3, 50, 120),
+        (4, 40, 50),
+        (7, 200, 300),
+    ]
+
+
+# --- never negative: broken samples and negative intervals are errors, left null ----------------
+
+
+def test_sample_faults_find_interleaved_series_and_counter_resets():
+    def cum(t, j, w=None):
+        return pl.DataFrame(
+            {"device": "g:0", "t_ns": t, "power_w": w or [100.0] * len(t), "cum_j": j}
+        )
+
+    assert energy.sample_faults(cum([0, 1, 2, 3], [0.0, 1.0, 2.0, 3.0])) == {}
+    # a sampler writing one row twice is not two series
+    assert energy.sample_faults(cum([0, 1, 1, 2], [0.0, 1.0, 1.0, 2.0])) == {}
+    assert energy.sample_faults(cum([0, 1, 2, 3, 4], [0.0, 5.0, 10.0, 2.0, 7.0])) == {
+        "g:0": "its cumulative energy falls 1 time(s)"
+    }
+    two = cum([0, 0, 1, 1, 2, 2], [0.0, 0.0, 1.0, 3.0, 2.0, 6.0])
+    assert energy.sample_faults(two) == {
+        "g:0": "2 instants with conflicting readings; its cumulative energy falls 1 time(s)"
+    }
+
+
+def test_two_runs_samples_interleaved_are_errors_and_null(sample):
+    """What combining the two sample runs fed the energy code (same sampler host, pid, GPU)."""
+    phases, power, power_rm = sample
+    mixed = PowerData(
+        samples=pl.concat([power.samples, power_rm.samples]).sort("device", "t_ns"),
+        source="nvml-counter",
+        interval_ns=power.interval_ns,
+    )
+    table = energy.phase_energy(phases, NO_DEVICES, pl.DataFrame(), mixed, idle_power_w=90.0)
+    window = table.per_range.join(phases.filter(pl.col("attribution") == "window"), on="rid")
+    assert window.height == 24
+    for column in ("energy_j", "avg_power_w", "gap_energy_j", "energy_above_idle_j"):
+        assert window[column].null_count() == 24, column
+    assert table.per_device["energy_j"].null_count() == table.per_device.height
+    assert len(table.warnings) == 2
+    for device, warning in zip(
+        ("grpo_synthetic:0", "grpo_synthetic:1"), table.warnings, strict=True
+    ):
+        assert warning.startswith(
+            f"ERROR: GPU {device}: power samples are not one series (1680 instants with "
+            "conflicting readings; its cumulative energy falls 1680 time(s): two samplers' or "
+            "two runs' samples interleaved, or a counter reset); its energy is left null; "
+        )
+        # the raw energies that came out negative are named, phase by phase
+        assert " phase range(s) came out negative: grpo_synthetic pid 1000 step " in warning
+    assert energy.energy_balance(mixed, phases.filter(pl.col("pid") == DRIVER_PID)) == (
+        dict.fromkeys(
+            (
+                "total_energy_j",
+                "attributed_energy_j",
+                "unattributed_energy_j",
+                "energy_conserved",
+                "energy_balance_j",
+            )
+        ),
+        [],
+    )
+
+
+def test_a_negative_interval_energy_is_an_error_not_a_number():
+    phases = pl.DataFrame(
+        {
+            "rid": [1, 2],
+            "parent_rid": [None, None],
+            "trace": "t",
+            "pid": 7,
+            "step": 0,
+            "path": ["step/gen", "step/adv"],
+            "attribution": "window",
+            "start_ns": [1_000_000_000, 3_000_000_000],
+            "end_ns": [2_000_000_000, 2_500_000_000],  # adv ends before it starts
+        },
+        schema_overrides={"parent_rid": pl.Int64},
+    )
+    table = energy.phase_energy(
+        phases, NO_DEVICES, pl.DataFrame(), power_100w("g:0"), idle_power_w=90.0
+    )
+    assert table.per_range.sort("rid")["energy_j"].to_list() == [100.0, None]
+    assert table.warnings == [
+        "ERROR: GPU g:0: negative energy, left null; 1 phase range(s) came out negative: "
+        "t pid 7 step 0 step/adv (-50.000 J)"
+    ]
+
+
+def test_two_samplers_of_one_identity_in_two_files_stay_apart():
+    """The root cause: the two runs' samplers share host, pid and NVML index (power.py)."""
+    trace = load_trace(SAMPLE, "grpo_synthetic")
+    power = align(
+        load_samples(
+            [SAMPLES / "grpo_synthetic.power.parquet", SAMPLES / "grpo_synthetic_rm.power.parquet"]
+        ),
+        trace.marks,
+        origin_utc_ns=trace.session_start_utc_ns,
+        op_devices=trace.ops.devices,
+        aliases=device_aliases([trace]),
+    )
+    # one sampler's series per GPU: the one with the most samples (1983 vs 1980)
+    counts = power.samples.group_by("device").len().sort("device")
+    assert counts.rows() == [("grpo_synthetic:0", 1983), ("grpo_synthetic:1", 1983)]
+    assert energy.sample_faults(cumulative_energy(power)) == {}
+
+
+# --- through analyze (needs energy_balance and PhaseEnergy.warnings wired in) -------------------
+
+
+def test_analyze_reports_the_independent_balance():
+    result = analyze([SAMPLE])
+    s = result.summary
+    assert s["total_energy_j"] == pytest.approx(132.286, abs=1e-9)
+    assert s["attributed_energy_j"] == pytest.approx(130.4954086, abs=1e-9)
+    assert s["unattributed_energy_j"] == pytest.approx(1.7905914, abs=1e-9)
+    assert s["energy_conserved"] is True
+    assert abs(s["energy_balance_j"]) < 1e-9
+    assert not any(w.startswith("ERROR") or "not conserved" in w for w in result.warnings)
+
+
+def test_two_runs_forced_together_never_give_negative_energy():
+    result = analyze([SAMPLE, SAMPLE_RM], force_combine=True)
+    for frame in (result.phases, result.phase_devices):
+        for column in ("energy_j", "avg_power_w", "gap_energy_j", "peak_power_w"):
+            if column in frame.columns:
+                assert frame.filter(pl.col(column) < 0).height == 0, column
+    s = result.summary
+    # one sampler's counters (grpo_synthetic's, the most samples) for both runs' phases
+    assert s["total_energy_j"] == pytest.approx(132.286, abs=1e-9)
+    # both runs' driver timelines lie on the same clock: their phases overlap, counted twice
+    assert s["attributed_energy_j"] == pytest.approx(260.57790246, abs=1e-9)
+    assert s["unattributed_energy_j"] == pytest.approx(1.58569056, abs=1e-9)
+    assert s["energy_conserved"] is False
+    assert s["energy_balance_j"] == pytest.approx(129.87759302, abs=1e-9)
+    assert not any(w.startswith("ERROR") for w in result.warnings)
+    assert any(w.startswith("energy not conserved: 260.578 J in phases") for w in result.warnings)
+    assert any(w.startswith("combined anyway (--force-combine)") for w in result.warnings)

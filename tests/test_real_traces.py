@@ -108,3 +108,12 @@ def test_cut_trace_reports_kernels_without_launch_calls():
     assert any(
         "31 of 5299 GPU operation(s) have no matching CUDA API call" in w for w in result.warnings
     )
+
+
+def test_clock_zero_of_an_export_stamped_with_the_host_clock():
+    """nsys 2026.2 stamps events with the host clock and states its reading at the start."""
+    raw = read_export(shared_trace("nsysai_h100_2gpu_1s.sqlite"))
+    assert raw.session_start_utc_ns == 1_779_630_014_975_716_426
+    assert raw.clock_zero_utc_ns == 1_779_630_014_975_716_426 - 35_255_823_190
+    older = read_export(shared_trace("pipit_cloverleaf_4xA100_nsys2024.5.sqlite"))
+    assert older.clock_zero_utc_ns == older.session_start_utc_ns == 1_696_392_839_587_175_550
