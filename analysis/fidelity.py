@@ -1,8 +1,11 @@
 """Trace phase times against VeRL's own timers (``timing_s/*``), per step and stage.
 
 VeRL logs ``timing_s/<stage>`` per step through its console logger (``step:3 - timing_s/gen:12.3
-- …``, possibly behind a Ray prefix) or its file logger (JSON lines ``{"step": 3, "data":
-{...}}``). ``error_pct = (trace − logged) / logged × 100``; a stage's accuracy is
+- …``, possibly behind a Ray prefix such as ``(TaskRunner pid=1234)`` and with ANSI colour codes,
+which are stripped) or its file logger (JSON lines ``{"step": 3, "data": {...}}``). Older VeRL
+releases named the same timers ``timing/<stage>`` (also seconds); they are read too, and where a
+step has both, ``timing_s/`` wins. Values printed by numpy 2's repr (``np.float64(12.3)``) parse
+as numbers. ``error_pct = (trace − logged) / logged × 100``; a stage's accuracy is
 ``100 − mean |error_pct|`` over steps, and the overall accuracy the same over every (stage,
 step) pair: the measure PolyTrace reports for its benchmark against real runs.
 """
@@ -30,8 +33,14 @@ STAGES = (
     "update_weights",
     "step",
 )
-_CONSOLE = re.compile(r"step:(\d+) - (.*)$")
-_PAIR = re.compile(r"([\w/@.\-]+):(-?[\d.]+(?:[eE][-+]?\d+)?)")
+_CONSOLE = re.compile(r"(?<![\w/])step:(\d+) - (.*)$")
+_PAIR = re.compile(
+    r"([\w/@.\-]+):(?:np\.\w+\()?(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\)?(?= - |\s*$)"
+)
+#: ANSI escape sequences (Ray colours its ``(TaskRunner pid=…)`` prefixes) and carriage returns
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|\r")
+#: timer key prefixes, newest first: VeRL's ``timing_s/`` and its older ``timing/``
+TIMING_PREFIXES = ("timing_s/", "timing/")
 
 
 def read_verl_log(path: str | Path) -> pl.DataFrame:
@@ -40,22 +49,23 @@ def read_verl_log(path: str | Path) -> pl.DataFrame:
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
-        raise AnalysisError(f"{path}: cannot read ({exc})") from exc
+        raise AnalysisError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     rows: list[tuple[int, str, float]] = []
     for line in text.splitlines():
-        line = line.strip()
+        line = _ANSI.sub("", line).strip()
         if line.startswith("{"):
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            step = record.get("step") if isinstance(record, dict) else None
             if (
-                isinstance(record, dict)
+                isinstance(step, int)
+                and not isinstance(step, bool)
                 and isinstance(record.get("data"), dict)
-                and "step" in record
             ):
                 rows += [
-                    (int(record["step"]), str(k), float(v))
+                    (step, str(k), float(v))
                     for k, v in record["data"].items()
                     if isinstance(v, int | float) and not isinstance(v, bool)
                 ]
@@ -91,15 +101,37 @@ def stage_times(analysis: Analysis) -> pl.DataFrame:
     )
 
 
+def logged_stage_times(log: pl.DataFrame) -> pl.DataFrame:
+    """``step, stage, logged_s``: VeRL's timer per step and stage (``timing_s/`` over ``timing/``).
+
+    A key logged more than once for a step (a restarted run) keeps its last value.
+    """
+    frames = []
+    for rank, prefix in enumerate(TIMING_PREFIXES):
+        frames.append(
+            log.filter(pl.col("key").str.starts_with(prefix)).with_columns(
+                pl.col("key").str.strip_prefix(prefix).alias("stage"),
+                pl.lit(rank).alias("_prefix_rank"),
+            )
+        )
+    return (
+        pl.concat(frames)
+        .filter(pl.col("stage").is_in(STAGES))
+        .with_row_index("_order")
+        .sort("step", "stage", "_prefix_rank", "_order")
+        .group_by("step", "stage", maintain_order=True)
+        .agg(
+            pl.col("value")
+            .filter(pl.col("_prefix_rank") == pl.col("_prefix_rank").min())
+            .last()
+            .alias("logged_s")
+        )
+    )
+
+
 def compare_with_log(analysis: Analysis, log: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
     """Per (step, stage) errors, and a summary per stage plus overall accuracy."""
-    logged = (
-        log.filter(pl.col("key").str.starts_with("timing_s/"))
-        .with_columns(pl.col("key").str.strip_prefix("timing_s/").alias("stage"))
-        .filter(pl.col("stage").is_in(STAGES))
-        .group_by("step", "stage")
-        .agg(pl.col("value").last().alias("logged_s"))
-    )
+    logged = logged_stage_times(log)
     both = (
         stage_times(analysis)
         .join(logged, on=["step", "stage"], how="inner")

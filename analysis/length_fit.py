@@ -19,14 +19,26 @@ import polars as pl
 
 from analysis.errors import AnalysisError
 
+#: how to get what the fits need (an optional extra: scipy and scikit-learn, ~200 MB installed)
+FIT_HINT = "pip install 'nvtx-phases[fit]'"
+
+
+def missing_fit_dependencies() -> list[str]:
+    """Names of the packages the fits need that cannot be imported (empty: fits work)."""
+    missing = []
+    for module, package in (("scipy.stats", "scipy"), ("sklearn.mixture", "scikit-learn")):
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(package)
+    return missing
+
 
 def _scipy():
     try:
         from scipy import stats
     except ImportError as exc:  # an optional extra: say how to get it
-        raise AnalysisError(
-            "length fits need scipy and scikit-learn: pip install nvtx-phases[fit]"
-        ) from exc
+        raise AnalysisError(f"length fits need scipy and scikit-learn: {FIT_HINT}") from exc
     return stats
 
 
@@ -46,7 +58,10 @@ def fit_lognorm(values: np.ndarray) -> dict:
 def fit_gmm(pairs: np.ndarray, *, max_components: int = 4, seed: int = 0) -> dict:
     """Gaussian mixture over (input, output) with the component count of lowest BIC."""
     _scipy()
-    from sklearn.mixture import GaussianMixture
+    try:
+        from sklearn.mixture import GaussianMixture
+    except ImportError as exc:
+        raise AnalysisError(f"length fits need scipy and scikit-learn: {FIT_HINT}") from exc
 
     best, best_bic = None, np.inf
     for k in range(1, min(max_components, len(pairs)) + 1):
@@ -101,19 +116,78 @@ def parameter_file(tasks: dict[str, dict], source: str) -> dict:
     }
 
 
+def read_parameter_file(path: str | Path) -> dict[str, dict]:
+    """The tasks of a parameter file that carry a mixture to sample from, by task name.
+
+    Raises :class:`AnalysisError` for a file that is not JSON, not a parameter file, or has no
+    task with ``gmm_parameters``; each task's mixture is checked by :func:`gmm_arrays`.
+    """
+    path = Path(path)
+    text = path.read_text(encoding="utf-8", errors="replace")  # OSError: the CLI's one line
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AnalysisError(f"{path}: not a JSON parameter file ({exc})") from exc
+    if not isinstance(data, dict):
+        raise AnalysisError(f"{path}: not a parameter file (a JSON object of <task>_task entries)")
+    tasks = {
+        key.removesuffix("_task"): value
+        for key, value in data.items()
+        if key.endswith("_task") and isinstance(value, dict) and "gmm_parameters" in value
+    }
+    if not tasks:
+        raise AnalysisError(f"{path}: no task with gmm_parameters")
+    for name, task in tasks.items():
+        try:
+            gmm_arrays(task)
+        except AnalysisError as exc:
+            raise AnalysisError(f"{path}: task '{name}': {exc}") from None
+    return tasks
+
+
+def gmm_arrays(task: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(weights, means, covariances) of a task's mixture, checked.
+
+    k weights ≥ 0 summing to more than 0, k means of (input, output), k symmetric positive
+    semi-definite 2×2 covariances, all finite; else :class:`AnalysisError`.
+    """
+    gmm = task.get("gmm_parameters")
+    if not isinstance(gmm, dict) or not {"weights", "means", "covariances"} <= set(gmm):
+        raise AnalysisError("gmm_parameters needs weights, means and covariances")
+    try:
+        weights = np.asarray(gmm["weights"], dtype=float)
+        means = np.asarray(gmm["means"], dtype=float)
+        covs = np.asarray(gmm["covariances"], dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise AnalysisError(f"gmm_parameters are not arrays of numbers ({exc})") from None
+    k = weights.shape[0] if weights.ndim == 1 else -1
+    if k < 1 or means.shape != (k, 2) or covs.shape != (k, 2, 2):
+        raise AnalysisError(
+            "gmm_parameters need k weights, k means of 2 and k 2×2 covariances; got shapes "
+            f"{weights.shape}, {means.shape}, {covs.shape}"
+        )
+    if not (np.isfinite(weights).all() and np.isfinite(means).all() and np.isfinite(covs).all()):
+        raise AnalysisError("gmm_parameters hold a non-finite number")
+    if (weights < 0).any() or weights.sum() <= 0:
+        raise AnalysisError("gmm weights must be ≥ 0 and sum to more than 0")
+    if (
+        not np.allclose(covs, covs.transpose(0, 2, 1))
+        or (np.linalg.eigvalsh(covs).min(axis=1) < -1e-9 * np.abs(covs).max(axis=(1, 2))).any()
+    ):
+        raise AnalysisError("a gmm covariance is not symmetric positive semi-definite")
+    return weights, means, covs
+
+
 def sample_pairs(task: dict, n: int, *, seed: int = 0, cap: int | None = None) -> np.ndarray:
     """``n`` (input, output) length pairs from the task's Gaussian mixture."""
-    gmm = task["gmm_parameters"]
+    weights, means, covs = gmm_arrays(task)
     rng = np.random.default_rng(seed)
-    weights = np.asarray(gmm["weights"], dtype=float)
     components = rng.choice(len(weights), size=n, p=weights / weights.sum())
     pairs = np.empty((n, 2))
     for k in range(len(weights)):
         chosen = components == k
         if chosen.any():
-            pairs[chosen] = rng.multivariate_normal(
-                gmm["means"][k], gmm["covariances"][k], size=int(chosen.sum())
-            )
+            pairs[chosen] = rng.multivariate_normal(means[k], covs[k], size=int(chosen.sum()))
     pairs = np.maximum(np.rint(pairs), 1)
     if cap is not None:
         pairs[:, 1] = np.minimum(pairs[:, 1], cap)

@@ -10,7 +10,7 @@ Layouts (read as they are, so PolyTrace's published traces work too):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import polars as pl
@@ -20,6 +20,40 @@ from analysis.errors import AnalysisError
 PACKED_GLOB = "packed_lengths_step_*.jsonl"
 REWARD_GLOB = "reward_timings_step_*.jsonl"
 PACKED_REQUIRED = ("step", "rank", "dp_rank", "input", "output")
+REWARD_REQUIRED = (
+    "step",
+    "rank",
+    "dp_rank",
+    "reward_time_s",
+    "response_sum",
+    "response_mean",
+    "response_max",
+)
+
+
+def _read_json_lines(file: Path) -> pl.DataFrame:
+    """A JSON-lines file as a frame; an unreadable or malformed file is an AnalysisError."""
+    try:
+        return pl.read_ndjson(file, infer_schema_length=None)
+    except OSError:
+        raise
+    except Exception as exc:  # polars raises ComputeError and others for bad JSON
+        raise AnalysisError(f"{file}: not JSON lines ({_first_line(exc)})") from exc
+
+
+def _typed(file: Path, frame: pl.DataFrame, *columns: pl.Expr) -> pl.DataFrame:
+    """``frame.select(*columns)``; a field of the wrong type is an AnalysisError naming ``file``."""
+    try:
+        return frame.select(*columns)
+    except pl.exceptions.PolarsError as exc:  # e.g. "input": "abc", or "output": 3
+        raise AnalysisError(
+            f"{file}: a field has the wrong type for its layout ({_first_line(exc)})"
+        ) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _files(paths: Sequence[str | Path], pattern: str) -> list[Path]:
@@ -32,6 +66,20 @@ def _files(paths: Sequence[str | Path], pattern: str) -> list[Path]:
     return found
 
 
+def _records(
+    files: Sequence[Path], required: Sequence[str], layout: str
+) -> Iterator[tuple[Path, pl.DataFrame]]:
+    """Each JSON-lines file with its records, checked for the ``layout``'s required fields."""
+    for file in files:
+        frame = _read_json_lines(file)
+        missing = [c for c in required if c not in frame.columns]
+        if missing:
+            raise AnalysisError(
+                f"{file}: lacks field(s) {', '.join(missing)} of the {layout} layout"
+            )
+        yield file, frame
+
+
 def read_packed_lengths(paths: Sequence[str | Path]) -> pl.DataFrame:
     """One row per response, from files or folders of ``packed_lengths_step_*.jsonl``.
 
@@ -41,39 +89,27 @@ def read_packed_lengths(paths: Sequence[str | Path]) -> pl.DataFrame:
     files = _files(paths, PACKED_GLOB)
     if not files:
         raise AnalysisError(f"no {PACKED_GLOB} file in {', '.join(map(str, paths))}")
-    frames = []
-    for file in files:
-        try:
-            frame = pl.read_ndjson(file, infer_schema_length=None)
-        except Exception as exc:  # polars raises ComputeError and others for bad JSON
-            raise AnalysisError(f"{file}: not JSON lines ({exc})") from exc
-        missing = [c for c in PACKED_REQUIRED if c not in frame.columns]
-        if missing:
-            raise AnalysisError(
-                f"{file}: lacks field(s) {', '.join(missing)} of the packed_lengths layout"
-            )
-        frames.append(
-            frame.select(
-                pl.col("step").cast(pl.Int64),
-                pl.col("rank").cast(pl.Int64),
-                pl.col("dp_rank").cast(pl.Int64),
-                (pl.col("tp_rank") if "tp_rank" in frame.columns else pl.lit(0))
-                .cast(pl.Int64)
-                .alias("tp_rank"),
-                (
-                    pl.col("local_index")
-                    if "local_index" in frame.columns
-                    else pl.int_range(pl.len())
-                )
-                .cast(pl.Int64)
-                .alias("prompt_index"),
-                pl.col("input").cast(pl.Int64).alias("input_len"),
-                pl.col("output").cast(pl.List(pl.Int64)),
-                (pl.col("validate") if "validate" in frame.columns else pl.lit(False))
-                .cast(pl.Boolean)
-                .alias("validate"),
-            )
+    frames = [
+        _typed(
+            file,
+            frame,
+            pl.col("step").cast(pl.Int64),
+            pl.col("rank").cast(pl.Int64),
+            pl.col("dp_rank").cast(pl.Int64),
+            (pl.col("tp_rank") if "tp_rank" in frame.columns else pl.lit(0))
+            .cast(pl.Int64)
+            .alias("tp_rank"),
+            (pl.col("local_index") if "local_index" in frame.columns else pl.int_range(pl.len()))
+            .cast(pl.Int64)
+            .alias("prompt_index"),
+            pl.col("input").cast(pl.Int64).alias("input_len"),
+            pl.col("output").cast(pl.List(pl.Int64)),
+            (pl.col("validate") if "validate" in frame.columns else pl.lit(False))
+            .cast(pl.Boolean)
+            .alias("validate"),
         )
+        for file, frame in _records(files, PACKED_REQUIRED, "packed_lengths")
+    ]
     prompts = pl.concat(frames)
     return (
         prompts.with_columns(pl.int_ranges(pl.col("output").list.len()).alias("sample"))
@@ -89,18 +125,21 @@ def read_reward_timings(paths: Sequence[str | Path]) -> pl.DataFrame | None:
     files = _files(paths, REWARD_GLOB)
     if not files:
         return None
-    frame = pl.concat(
-        [pl.read_ndjson(f, infer_schema_length=None) for f in files], how="diagonal_relaxed"
-    )
-    return frame.select(
-        pl.col("step").cast(pl.Int64),
-        pl.col("rank").cast(pl.Int64),
-        pl.col("dp_rank").cast(pl.Int64),
-        pl.col("reward_time_s").cast(pl.Float64),
-        pl.col("response_sum").cast(pl.Int64),
-        pl.col("response_mean").cast(pl.Float64),
-        pl.col("response_max").cast(pl.Int64),
-    ).sort("step", "rank")
+    frames = [
+        _typed(
+            file,
+            frame,
+            pl.col("step").cast(pl.Int64),
+            pl.col("rank").cast(pl.Int64),
+            pl.col("dp_rank").cast(pl.Int64),
+            pl.col("reward_time_s").cast(pl.Float64),
+            pl.col("response_sum").cast(pl.Int64),
+            pl.col("response_mean").cast(pl.Float64),
+            pl.col("response_max").cast(pl.Int64),
+        )
+        for file, frame in _records(files, REWARD_REQUIRED, "reward_timings")
+    ]
+    return pl.concat(frames).sort("step", "rank")
 
 
 def length_stats(

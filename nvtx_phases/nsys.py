@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -57,10 +58,21 @@ class Nsys:
         return set(re.findall(r"'([\w-]+)'", match.group(1))) if match else set(DEFAULT_TRACES)
 
 
-def find_nsys(explicit: str | None = None) -> Nsys:
-    """The nsys to use: ``explicit``, ``$NSYS``, or ``nsys`` on PATH."""
+def locate_nsys(explicit: str | None = None) -> str | None:
+    """The nsys executable to use (``explicit``, ``$NSYS``, or ``nsys`` on PATH), None if none.
+
+    Runs nothing (unlike :func:`find_nsys`).
+    """
     candidate = explicit or os.environ.get("NSYS") or shutil.which("nsys")
     if not candidate or not (shutil.which(candidate) or Path(candidate).is_file()):
+        return None
+    return candidate
+
+
+def find_nsys(explicit: str | None = None) -> Nsys:
+    """The nsys to use: ``explicit``, ``$NSYS``, or ``nsys`` on PATH."""
+    candidate = locate_nsys(explicit)
+    if candidate is None:
         raise NsysError(f"nsys not found: {INSTALL_HINT}")
     try:
         version = subprocess.run(
@@ -169,25 +181,54 @@ def _stop_group(proc: subprocess.Popen, first: int = signal.SIGTERM) -> None:
             continue
 
 
-def export_sqlite(nsys: Nsys, report: Path, *, timeout_s: float = 1800) -> Path:
-    """``nsys export --type sqlite`` of one report, next to it; returns the .sqlite path."""
-    target = report.with_suffix(".sqlite")
-    args = [
-        nsys.path,
-        "export",
-        "--type",
-        "sqlite",
-        "--force-overwrite",
-        "true",
-        "-o",
-        str(target),
-        str(report),
-    ]
-    code = _run_bounded(args, timeout_s, log=report.with_suffix(".export.log"))
-    if code != 0 or not target.exists():
-        raise NsysError(
-            f"nsys export failed for {report} (exit {code}); see {report.with_suffix('.export.log')}"
-        )
+def export_args(nsys: str, report: Path, target: Path, *, overwrite: bool = True) -> list[str]:
+    """``nsys export --type sqlite [--force-overwrite true] --output TARGET REPORT``."""
+    force = ["--force-overwrite", "true"] if overwrite else []
+    return [nsys, "export", "--type", "sqlite", *force, "--output", str(target), str(report)]
+
+
+def _last_line(log: Path) -> str:
+    """The last non-empty line of an nsys log (its progress bars redraw with carriage returns)."""
+    try:
+        text = log.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in re.split(r"[\r\n]+", text) if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def export_sqlite(
+    nsys: Nsys | str,
+    report: Path,
+    *,
+    target: Path | None = None,
+    log: Path | None = None,
+    timeout_s: float = 1800,
+) -> Path:
+    """``nsys export --type sqlite`` of one report; returns the .sqlite path.
+
+    ``target`` defaults to the report's name with ``.sqlite``, beside it; ``log`` (nsys's
+    output) to ``.export.log`` beside the report. nsys writes a temporary name in the target's
+    folder that is renamed into place when it succeeded, so an interrupted or failed export
+    never leaves a partial ``.sqlite`` that a later run could take for a finished one. A
+    failure or a timeout (``timeout_s``) raises :class:`NsysError` with nsys's last line.
+    """
+    path = nsys.path if isinstance(nsys, Nsys) else nsys
+    target = target or report.with_suffix(".sqlite")
+    log = log or report.with_suffix(".export.log")
+    tmp = target.with_name(f".{target.stem}.{os.getpid()}.{secrets.token_hex(4)}.tmp.sqlite")
+    try:
+        code = _run_bounded(export_args(path, report, tmp), timeout_s, log=log)
+        if code != 0 or not tmp.is_file():
+            last = _last_line(log)
+            raise NsysError(
+                f"nsys export failed for {report} (exit {code})"
+                + (f": {last}" if last else "")
+                + f"; log: {log}"
+            )
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
     return target
 
 

@@ -161,7 +161,17 @@ def test_fidelity_against_a_verl_log_with_known_offsets(tmp_path):
         records.append(json.dumps({"step": step, "data": metrics}))
     console.write_text("noise line\n" + "\n".join(lines) + "\n")
     jsonl.write_text("\n".join(records) + "\n")
-    for log in (console, jsonl):
+    # an older VeRL (timing/ keys) printing through Ray's coloured prefix
+    old = tmp_path / "verl_old.log"
+    old.write_text(
+        "".join(
+            "\x1b[36m(main_task pid=77)\x1b[0m "
+            + line.split(") ", 1)[1].replace("timing_s/", "timing/")
+            + "\n"
+            for line in lines
+        )
+    )
+    for log in (console, jsonl, old):
         per_step, summary = compare_with_log(result, read_verl_log(log))
         assert per_step.height == 12
         for stage, k in offsets.items():
@@ -169,6 +179,54 @@ def test_fidelity_against_a_verl_log_with_known_offsets(tmp_path):
             assert summary["stages"][stage]["mean_error_pct"] == pytest.approx(expected, abs=1e-9)
         mean_abs = np.mean([abs(1 / (1 + k) - 1) * 100 for k in offsets.values()])
         assert summary["overall_accuracy_pct"] == pytest.approx(100 - mean_abs, abs=1e-9)
+
+
+def test_verl_console_log_with_ray_colours_and_old_timing_keys(tmp_path):
+    from analysis.fidelity import logged_stage_times
+
+    log = tmp_path / "verl.log"
+    log.write_bytes(
+        # what a terminal capture of a Ray run holds: coloured prefixes, progress bars, \r
+        b"\x1b[36m(TaskRunner pid=1234)\x1b[0m Training Progress:  10%|\xe2\x96\x88 | 1/10 [00:12<01:48, 12.03s/it]\r\n"
+        b"\x1b[36m(TaskRunner pid=1234)\x1b[0m step:1 - global_seqlen/min:5123 - "
+        b"actor/entropy:np.float64(0.612) - timing_s/gen:1.23 - timing_s/reward:0.456 - "
+        b"timing_s/old_log_prob:0.5 - timing_s/update_actor:2.5 - timing_s/step:5.125 - "
+        b"timing_per_token_ms/gen:0.0123 - perf/throughput:1234.5\x1b[0m\r\n"
+        b"\x1b[36m(TaskRunner pid=1234)\x1b[0m step:2 - timing_s/gen:np.float64(1.5) - "
+        b"timing_s/step:6.0 - critic/score/mean:-0.25\n"
+        # VeRL before timing_s/: the same timers (seconds) under timing/
+        b"(main_task pid=99) step:3 - timing/gen:2.25 - timing/ref:0.75 - timing/step:7.5e+00 - "
+        b"response_length/mean:812.3\n"
+        # a step logged under both names: timing_s/ wins
+        b"(main_task pid=99) step:4 - timing/gen:9.0 - timing_s/gen:3.0\n"
+        b'{"step": "5", "data": {"timing_s/gen": 1.0}}\n'  # not VeRL's file logger: skipped
+    )
+    metrics = read_verl_log(log)
+    assert metrics.filter(pl.col("step") == 1).rows() == [
+        (1, "global_seqlen/min", 5123.0),
+        (1, "actor/entropy", 0.612),
+        (1, "timing_s/gen", 1.23),
+        (1, "timing_s/reward", 0.456),
+        (1, "timing_s/old_log_prob", 0.5),
+        (1, "timing_s/update_actor", 2.5),
+        (1, "timing_s/step", 5.125),
+        (1, "timing_per_token_ms/gen", 0.0123),
+        (1, "perf/throughput", 1234.5),
+    ]
+    assert metrics["step"].unique().sort().to_list() == [1, 2, 3, 4]
+    assert logged_stage_times(metrics).sort("step", "stage").rows() == [
+        (1, "gen", 1.23),
+        (1, "old_log_prob", 0.5),
+        (1, "reward", 0.456),
+        (1, "step", 5.125),
+        (1, "update_actor", 2.5),
+        (2, "gen", 1.5),
+        (2, "step", 6.0),
+        (3, "gen", 2.25),
+        (3, "ref", 0.75),
+        (3, "step", 7.5),
+        (4, "gen", 3.0),
+    ]
 
 
 def test_lengths_and_fidelity_commands(small, tmp_path):
