@@ -19,6 +19,8 @@ NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND = 59, 60, 70, 71
 NVTX_MARK = 34
 NVTX_DOMAIN_CREATE = 75
 RANGE_EVENT_TYPES = (NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND)
+#: Start of the warning for NVTX that holds domain events and no range.
+NO_RANGES_HINT = "NVTX holds domain events but no range"
 
 
 def pid_of(global_id: pl.Expr) -> pl.Expr:
@@ -143,7 +145,7 @@ def nvtx_ranges(raw: RawTrace, *, offset_ns: int = 0) -> tuple[pl.DataFrame, lis
     ranges = events.filter(pl.col("eventType").is_in(RANGE_EVENT_TYPES))
     if ranges.is_empty() and events["eventType"].is_in([NVTX_DOMAIN_CREATE]).any():
         warnings.append(
-            f"{raw.label}: NVTX holds domain events but no range: this nsys did not record the "
+            f"{raw.label}: {NO_RANGES_HINT}: this nsys did not record the "
             "ranges of the Python nvtx package in use (nsys 2022.4/2023.4 with nvtx >= 0.2.9); "
             "install nvtx==0.2.8 in the traced environment, or capture with a newer nsys"
         )

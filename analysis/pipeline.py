@@ -21,7 +21,7 @@ from analysis.align import check_combinable, clock_offsets
 from analysis.errors import AnalysisError
 from analysis.launches import duplicate_warning, orphan_warning
 from analysis.loading import Engine, LoadedTrace, load_all, shifted
-from analysis.normalize import MARKS_SCHEMA, RANGES_SCHEMA
+from analysis.normalize import MARKS_SCHEMA, NO_RANGES_HINT, RANGES_SCHEMA
 from analysis.ops_store import DEFAULT_CHUNK_OPS
 from analysis.phase_map import PhaseMap, default_phase_map
 from analysis.power import align, load_samples
@@ -249,6 +249,10 @@ def _refuse_empty(loaded: Sequence[LoadedTrace]) -> None:
     if any(t.ranges.height or t.ops.n_ops for t in loaded):
         return
     names = ", ".join(t.path.name for t in loaded)
+    # NVTX that holds only domain events: the cause has a known fix, say it
+    cause = next((w for t in loaded for w in t.warnings if NO_RANGES_HINT in w), None)
+    if cause is not None:
+        raise AnalysisError(f"nothing to analyze: {cause}")
     missing = sorted({m for t in loaded for m in t.missing_tables})
     raise AnalysisError(
         f"{names}: nothing to analyze: no NVTX range and no GPU operation"

@@ -7,6 +7,7 @@ import polars as pl
 import pytest
 from nvtxp_testkit import SAMPLES, shared_trace
 
+from analysis.errors import AnalysisError
 from analysis.phase_map import default_phase_map
 from analysis.pipeline import analyze
 from analysis.reader import read_export
@@ -117,3 +118,29 @@ def test_clock_zero_of_an_export_stamped_with_the_host_clock():
     assert raw.clock_zero_utc_ns == 1_779_630_014_975_716_426 - 35_255_823_190
     older = read_export(shared_trace("pipit_cloverleaf_4xA100_nsys2024.5.sqlite"))
     assert older.clock_zero_utc_ns == older.session_start_utc_ns == 1_696_392_839_587_175_550
+
+
+def test_ranges_that_are_no_phase_say_what_to_do():
+    result = analyze([shared_trace("nsysai_h100_2gpu_1s.sqlite")], power_files=[])
+    assert result.phases.height == 0
+    [warning] = [w for w in result.warnings if "none is a known phase" in w]
+    assert warning.startswith("16782 NVTX range(s) (e.g. ")
+    assert warning.endswith("pass --all-ranges, or --phase-map FILE.toml naming yours")
+
+
+def test_nvtx_with_domain_events_only_names_the_fix(tmp_path):
+    """What current `nvtx` under nsys 2022.4/2023.4 leaves: domain events, no range."""
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "domains_only.sqlite"
+    shutil.copy(shared_trace("local_cpu_nvtx_nsys2022.4.sqlite"), path)
+    with sqlite3.connect(path) as db:
+        db.execute("DELETE FROM NVTX_EVENTS WHERE eventType != 75")
+    with pytest.raises(AnalysisError) as raised:
+        analyze([path], power_files=[])
+    assert str(raised.value) == (
+        "nothing to analyze: domains_only: NVTX holds domain events but no range: this nsys did "
+        "not record the ranges of the Python nvtx package in use (nsys 2022.4/2023.4 with nvtx "
+        ">= 0.2.9); install nvtx==0.2.8 in the traced environment, or capture with a newer nsys"
+    )
