@@ -131,8 +131,7 @@ class Export:
         table = self.resolve_table(spec)
         if table is None:
             return None
-        declared = self.columns(table)
-        present = set(declared)
+        present = set(self.columns(table))
         select: list[str] = []
         text: list[str] = []
         missing_required: list[str] = []
