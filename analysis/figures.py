@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 import matplotlib
 
 matplotlib.use("Agg")  # headless: clusters and CI have no display
+# Same inputs, same bytes: fixed SVG ids and no creation date, so outputs can be diffed.
+matplotlib.rcParams["svg.hashsalt"] = "nvtx-phases"
 import matplotlib.pyplot as plt
 import polars as pl
 
@@ -61,10 +63,13 @@ def _phase_order(data: pl.DataFrame) -> list[str]:
     )
 
 
+_METADATA: dict[str, dict[str, str | None]] = {"png": {}, "svg": {"Date": None}}
+
+
 def save_figure(fig: plt.Figure, out: Path, stem: str) -> list[Path]:
     """Write ``fig`` as ``stem``.png and .svg under ``out`` (atomically) and close it."""
     paths = [
-        atomic_write(out / f"{stem}.{ext}", lambda p, e=ext: fig.savefig(p, format=e, dpi=150))
+        atomic_write(out / f"{stem}.{ext}", lambda p, e=ext: fig.savefig(p, format=e, dpi=150, metadata=_METADATA[e]))
         for ext in ("png", "svg")
     ]
     plt.close(fig)
