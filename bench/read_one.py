@@ -14,8 +14,8 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis import tables as T
-from analysis.reader import sqlite_readonly_uri
+from analysis.read import specs as T
+from analysis.read.export import sqlite_readonly_uri
 
 SPECS = (T.KERNELS, T.RUNTIME, T.NVTX_EVENTS, T.MEMCPY)
 
@@ -31,7 +31,7 @@ def _queries() -> list[str]:
 
 
 def read_adbc(path: Path) -> int:
-    """ADBC SQLite driver → Arrow → Polars (what analysis.reader uses)."""
+    """ADBC SQLite driver → Arrow → Polars (what analysis.read.export uses)."""
     import adbc_driver_sqlite.dbapi as adbc
 
     rows = 0

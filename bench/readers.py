@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from analysis.synth import SynthConfig, generate
+from analysis.synth.build import SynthConfig, generate
 
 OUT = Path("bench_out")
 

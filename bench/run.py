@@ -34,7 +34,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from analysis.synth import SynthConfig, generate
+from analysis.synth.build import SynthConfig, generate
 from bench.memcap import Cap, memory_cap
 
 OUT = Path("bench_out")
@@ -79,7 +79,7 @@ def analyze_command(path: Path, out: str, *extra: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "nvtx_phases.cli",
+        "analysis.cli",
         "analyze",
         str(path),
         "--out",

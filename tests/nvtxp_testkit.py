@@ -41,7 +41,7 @@ SPLIT_SAMPLE = sorted((SAMPLES / "grpo_synthetic_split").glob("*.sqlite"))
 
 
 def assert_same_analysis(a, b, *, ignore_summary: tuple[str, ...] = ()) -> None:
-    """Two :class:`~analysis.pipeline.Analysis` results hold the same frames and summary.
+    """Two :class:`~analysis.run.pipeline.Analysis` results hold the same frames and summary.
 
     ``b``'s GPU activity may be a lazy scan of per-bucket parts: its rows are compared in
     ``op_id`` order.

@@ -8,9 +8,9 @@ import polars as pl
 import pytest
 
 from analysis.errors import MissingColumns, NotAnNsysExport, TraceReadError
-from analysis.pipeline import analyze
-from analysis.reader import read_export
-from analysis.synth import SynthConfig, generate
+from analysis.read.export import read_export
+from analysis.run.pipeline import analyze
+from analysis.synth.build import SynthConfig, generate
 
 
 @pytest.fixture
@@ -133,7 +133,7 @@ def test_unicode_and_markup_range_names_survive(tmp_path, small_run):
         con.execute(
             "UPDATE NVTX_EVENTS SET text = 'génération [bold]<script>' WHERE text = 'generate_sequences'"
         )
-    from analysis.phase_map import default_phase_map
+    from analysis.attribute.phase_map import default_phase_map
 
     result = analyze([named], phase_map=default_phase_map().with_all_ranges())
     assert "génération [bold]<script>" in result.phases["phase"].to_list()

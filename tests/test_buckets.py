@@ -4,7 +4,7 @@ import polars as pl
 import pytest
 from nvtxp_testkit import SAMPLES, SPLIT_SAMPLE, assert_same_analysis, shared_trace
 
-from analysis.pipeline import analyze, bucket_edges
+from analysis.run.pipeline import analyze, bucket_edges
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ import polars as pl
 import pytest
 from workloads import ranks_steps, verl_builtin_profiler
 
-from analysis.pipeline import analyze
+from analysis.run.pipeline import analyze
 
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
 MS = 1_000_000

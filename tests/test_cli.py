@@ -5,7 +5,7 @@ import pytest
 from nvtxp_testkit import SAMPLES
 from typer.testing import CliRunner
 
-from nvtx_phases.cli import app
+from analysis.cli import app
 
 runner = CliRunner()
 

@@ -17,7 +17,7 @@ import pytest
 from nvtxp_testkit import SAMPLES, shared_trace
 from typer.testing import CliRunner
 
-from nvtx_phases.cli import app
+from analysis.cli import app
 
 runner = CliRunner()
 H100 = "nsysai_h100_2gpu_1s.sqlite"
@@ -30,7 +30,9 @@ REPORT_HINT = (
 
 def cli(*args: str, env: dict | None = None, prelude: str = "") -> subprocess.CompletedProcess:
     """Run ``nvtx-phases ARGS`` in a fresh interpreter (``prelude`` runs before the CLI)."""
-    code = f"{prelude}\nimport sys\nfrom nvtx_phases.cli import main\nsys.argv[0] = 'nvtx-phases'\nmain()"
+    code = (
+        f"{prelude}\nimport sys\nfrom analysis.cli import main\nsys.argv[0] = 'nvtx-phases'\nmain()"
+    )
     # a fixed width: Rich wraps long lines at the terminal's (or $COLUMNS') width
     env = {**os.environ, "COLUMNS": "250", **(env or {})}
     return subprocess.run(
@@ -405,12 +407,12 @@ def test_error_with_brackets_is_printed_verbatim(tmp_path):
 
 
 def test_a_bug_is_one_line_asking_for_a_report(tmp_path, monkeypatch):
-    import analysis.synth
+    import analysis.synth.build
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("boom\n  on two lines")
 
-    monkeypatch.setattr(analysis.synth, "generate", broken)
+    monkeypatch.setattr(analysis.synth.build, "generate", broken)
     result = runner.invoke(app, ["synth", str(tmp_path / "x.sqlite")])
     assert result.exit_code == 1
     assert one_error_line(result.stderr) == (

@@ -12,10 +12,10 @@ import pytest
 from nvtxp_testkit import SAMPLES, shared_trace
 from typer.testing import CliRunner
 
-from analysis.align import WINDOW_SLACK_NS, check_combinable
+from analysis.cli import app
 from analysis.errors import AnalysisError
-from analysis.loading import load_trace
-from nvtx_phases.cli import app
+from analysis.run.clocks import WINDOW_SLACK_NS, check_combinable
+from analysis.run.load import load_trace
 
 S = 1_000_000_000
 T0 = 1_790_000_000 * S  # 2026-09-21 14:13:20 UTC

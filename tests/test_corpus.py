@@ -11,8 +11,8 @@ import sqlite3
 import pytest
 from typer.testing import CliRunner
 
-from analysis.synth import SynthConfig, generate
-from nvtx_phases.cli import app
+from analysis.cli import app
+from analysis.synth.build import SynthConfig, generate
 
 runner = CliRunner()
 

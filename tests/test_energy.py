@@ -8,14 +8,14 @@ import pytest
 from nvtxp_testkit import SAMPLES
 from typer.testing import CliRunner
 
-from analysis import energy
-from analysis.hierarchy import build_hierarchy
-from analysis.loading import load_trace
-from analysis.phase_map import default_phase_map
-from analysis.pipeline import analyze, device_aliases
-from analysis.power import PowerData, align, cumulative_energy, load_samples
-from analysis.synth import SynthConfig, generate
-from nvtx_phases.cli import app
+from analysis.attribute.hierarchy import build_hierarchy
+from analysis.attribute.phase_map import default_phase_map
+from analysis.cli import app
+from analysis.energy import phases as energy
+from analysis.energy.samples import PowerData, align, cumulative_energy, load_samples
+from analysis.run.load import load_trace
+from analysis.run.pipeline import analyze, device_aliases
+from analysis.synth.build import SynthConfig, generate
 
 CFG = SynthConfig(steps=3, ranks=2, kernels_per_phase=16, seed=5)
 

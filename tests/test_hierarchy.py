@@ -1,8 +1,8 @@
 import polars as pl
 
-from analysis.hierarchy import build_hierarchy
-from analysis.normalize import RANGES_SCHEMA
-from analysis.phase_map import default_phase_map
+from analysis.attribute.hierarchy import build_hierarchy
+from analysis.attribute.phase_map import default_phase_map
+from analysis.normalize.events import RANGES_SCHEMA
 
 
 def ranges(*rows: tuple) -> pl.DataFrame:

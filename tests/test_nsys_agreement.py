@@ -13,8 +13,8 @@ import polars as pl
 import pytest
 from nvtxp_testkit import SAMPLES, shared_trace
 
-from analysis.phase_map import default_phase_map
-from analysis.pipeline import analyze
+from analysis.attribute.phase_map import default_phase_map
+from analysis.run.pipeline import analyze
 
 
 def nsys_reports(nsys: str, export: Path, tmp_path: Path) -> dict[str, pl.DataFrame]:

@@ -5,7 +5,7 @@ import os
 import pytest
 from nvtxp_testkit import SPLIT_SAMPLE, assert_same_analysis
 
-from analysis.pipeline import analyze
+from analysis.run.pipeline import analyze
 
 
 @pytest.fixture(scope="module")

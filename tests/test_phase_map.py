@@ -7,8 +7,8 @@ import polars as pl
 import pytest
 from nvtxp_testkit import SAMPLES
 
-from analysis.phase_map import default_phase_map, load_phase_map
-from analysis.pipeline import analyze
+from analysis.attribute.phase_map import default_phase_map, load_phase_map
+from analysis.run.pipeline import analyze
 from nvtx_phases.naming import VERL_PROFILER_ROLES, VERL_TRAINER_PHASES
 
 

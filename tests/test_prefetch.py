@@ -7,10 +7,10 @@ import polars as pl
 import pytest
 from nvtxp_testkit import SAMPLES
 
-from analysis import tables as T
-from analysis.loading import _runtime, _slices
-from analysis.prefetch import Prefetched, in_threads
-from analysis.reader import Export
+from analysis.read import specs as T
+from analysis.read.export import Export
+from analysis.read.prefetch import Prefetched, in_threads
+from analysis.run.load import _runtime, _slices
 
 SAMPLE = SAMPLES / "grpo_synthetic.sqlite"
 

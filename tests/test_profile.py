@@ -6,11 +6,11 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from analysis.hierarchy import build_hierarchy
-from analysis.normalize import nvtx_ranges
-from analysis.phase_map import default_phase_map
-from analysis.reader import read_export
-from nvtx_phases.cli import app
+from analysis.attribute.hierarchy import build_hierarchy
+from analysis.attribute.phase_map import default_phase_map
+from analysis.cli import app
+from analysis.normalize.events import nvtx_ranges
+from analysis.read.export import read_export
 from nvtx_phases.nsys import Nsys, ProfileOptions, find_nsys, profile_args
 from nvtx_phases.power import CLOCK_MARK
 from nvtx_phases.workload import expected_paths

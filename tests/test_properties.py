@@ -5,10 +5,10 @@ import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analysis.normalize import OPS_SCHEMA, RANGES_SCHEMA, RUNTIME_SCHEMA
-from analysis.phase_map import default_phase_map
-from analysis.pipeline import analyze, attribute_run
-from analysis.synth import SynthConfig, generate
+from analysis.attribute.phase_map import default_phase_map
+from analysis.normalize.events import OPS_SCHEMA, RANGES_SCHEMA, RUNTIME_SCHEMA
+from analysis.run.pipeline import analyze, attribute_run
+from analysis.synth.build import SynthConfig, generate
 
 DRIVER, WORKER0 = 100, 200
 PHASES = ("gen", "reward", "old_log_prob", "update_actor")

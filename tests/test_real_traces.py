@@ -7,10 +7,10 @@ import polars as pl
 import pytest
 from nvtxp_testkit import SAMPLES, shared_trace
 
+from analysis.attribute.phase_map import default_phase_map
 from analysis.errors import AnalysisError
-from analysis.phase_map import default_phase_map
-from analysis.pipeline import analyze
-from analysis.reader import read_export
+from analysis.read.export import read_export
+from analysis.run.pipeline import analyze
 from nvtx_phases.workload import expected_paths
 
 NO_GPU_TABLES = [

@@ -5,7 +5,7 @@ import sqlite3
 
 from nvtxp_testkit import REPO, SAMPLES, SHARED
 
-from analysis.synth import TABLES
+from analysis.synth.build import TABLES
 
 
 def test_vendored_ddl_is_the_shared_reference():
@@ -13,12 +13,12 @@ def test_vendored_ddl_is_the_shared_reference():
         reference = SHARED / "nsys" / name
         if reference.exists():
             assert (
-                REPO / "analysis" / "schema" / f"nsys-{name}"
+                REPO / "analysis" / "synth" / "schema" / f"nsys-{name}"
             ).read_bytes() == reference.read_bytes()
 
 
 def test_sample_tables_match_reference_create_statements():
-    ddl = (REPO / "analysis" / "schema" / "nsys-schema-2022.4.2.sql").read_text()
+    ddl = (REPO / "analysis" / "synth" / "schema" / "nsys-schema-2022.4.2.sql").read_text()
     reference = dict(re.findall(r"CREATE TABLE (\w+) \((.*?)\n\);", ddl, flags=re.S))
     with sqlite3.connect(f"file:{SAMPLES / 'grpo_synthetic.sqlite'}?mode=ro", uri=True) as con:
         written = dict(

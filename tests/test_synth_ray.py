@@ -19,11 +19,11 @@ import polars as pl
 import pytest
 from nvtxp_testkit import REPO
 
-from analysis.synth import SynthConfig, generate
-from analysis.synth_ray import RayConfig, generate_ray
+from analysis.synth.build import SynthConfig, generate
+from analysis.synth.ray import RayConfig, generate_ray
 from nvtx_phases.power import COLUMNS, gpu_uuid
 
-SCHEMA = REPO / "analysis" / "schema"
+SCHEMA = REPO / "analysis" / "synth" / "schema"
 OP_TABLES = {
     "kernel": "CUPTI_ACTIVITY_KIND_KERNEL",
     "memcpy": "CUPTI_ACTIVITY_KIND_MEMCPY",

@@ -7,8 +7,8 @@ import pytest
 from nvtxp_testkit import SAMPLES
 from polars.testing import assert_frame_equal
 
-from analysis.pipeline import analyze
-from analysis.synth import SynthConfig, generate
+from analysis.run.pipeline import analyze
+from analysis.synth.build import SynthConfig, generate
 
 METRICS = [
     "wall_ns",

@@ -175,7 +175,7 @@ def test_length_recorder_reads_a_real_verl_batch(tmp_path):
     import torch
     from verl.protocol import DataProto
 
-    from analysis.lengths import read_packed_lengths
+    from analysis.workload.lengths import read_packed_lengths
     from nvtx_phases.lengths_record import record_lengths
 
     # prompts left-padded to 4, responses right-padded to 5; two prompts × two samples
@@ -225,7 +225,7 @@ def test_reward_phase_writes_reward_timings_when_recording(tmp_path):
 
     from verl.trainer.ppo import ray_trainer
 
-    from analysis.lengths import read_reward_timings
+    from analysis.workload.lengths import read_reward_timings
 
     row = {
         "step": 12,

@@ -16,8 +16,8 @@ import pytest
 from nvtxp_testkit import TRACES
 from typer.testing import CliRunner
 
-from analysis.pipeline import analyze
-from nvtx_phases.cli import app
+from analysis.cli import app
+from analysis.run.pipeline import analyze
 
 WILD = TRACES / "wild"
 

@@ -1,0 +1,316 @@
+"""Figures from finished tables (matplotlib, headless, PNG and SVG). Nothing here computes metrics.
+
+Every function takes frames an analysis already produced and returns the files it wrote; one
+that lacks its data (no GPU work, no power samples) writes nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: clusters and CI have no display
+import matplotlib.pyplot as plt
+import polars as pl
+
+from analysis.normalize.devices import device_label
+from analysis.render.files import atomic_write
+from nvtx_phases.naming import phase_color
+
+# Same inputs, same bytes: fixed SVG ids and no creation date, so outputs can be diffed.
+matplotlib.rcParams["svg.hashsalt"] = "nvtx-phases"
+
+if TYPE_CHECKING:
+    from analysis.run.pipeline import Analysis
+
+
+def _color(name: str) -> str:
+    return f"#{phase_color(name) & 0xFFFFFF:06x}"
+
+
+def step_phases(phases: pl.DataFrame) -> pl.DataFrame:
+    """The phases directly inside ``step`` (summed over processes), else top-level ranges."""
+    inside = phases.filter(
+        pl.col("path").str.starts_with("step/") & (pl.col("path").str.count_matches("/") == 1)
+    )
+    if inside.is_empty():
+        inside = phases.filter((pl.col("level") == 0) & (pl.col("canonical") != "step"))
+    return (
+        inside.filter(pl.col("step").is_not_null())
+        .group_by("step", "canonical")
+        .agg(
+            pl.col("wall_ns").sum(),
+            pl.col("gpu_busy_ns").sum(),
+            pl.col("idle_ns").sum(),
+            pl.col("nccl_ns").sum(),
+            pl.col("memcpy_ns").sum(),
+            pl.col("memcpy_bytes").sum(),
+            pl.col("energy_j").sum(),
+            pl.col("energy_j").is_not_null().any().alias("has_energy"),
+            pl.col("start_ns").min(),
+        )
+        .sort("step", "start_ns")
+    )
+
+
+def _phase_order(data: pl.DataFrame) -> list[str]:
+    return (
+        data.group_by("canonical")
+        .agg(pl.col("start_ns").min())
+        .sort("start_ns")["canonical"]
+        .to_list()
+    )
+
+
+_METADATA: dict[str, dict[str, str | None]] = {"png": {}, "svg": {"Date": None}}
+
+
+def save_figure(fig: plt.Figure, out: Path, stem: str) -> list[Path]:
+    """Write ``fig`` as ``stem``.png and .svg under ``out`` (atomically) and close it."""
+    paths = [
+        atomic_write(
+            out / f"{stem}.{ext}",
+            lambda p, e=ext: fig.savefig(p, format=e, dpi=150, metadata=_METADATA[e]),
+        )
+        for ext in ("png", "svg")
+    ]
+    plt.close(fig)
+    return paths
+
+
+def phase_time_per_step(phases: pl.DataFrame, out: Path) -> list[Path]:
+    """Stacked bars: wall time of each phase, one bar per step."""
+    data = step_phases(phases)
+    if data.is_empty():
+        return []
+    steps = sorted(data["step"].unique().to_list())
+    fig, ax = plt.subplots(figsize=(max(5, 0.6 * len(steps) + 3), 4))
+    bottom = [0.0] * len(steps)
+    for name in _phase_order(data):
+        by_step = dict(
+            data.filter(pl.col("canonical") == name).select("step", "wall_ns").iter_rows()
+        )
+        heights = [by_step.get(s, 0) / 1e6 for s in steps]
+        ax.bar(
+            [str(s) for s in steps],
+            heights,
+            bottom=bottom,
+            label=name,
+            color=_color(name),
+            edgecolor="white",
+            linewidth=0.5,
+        )
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    ax.set_xlabel("step")
+    ax.set_ylabel("wall time (ms)")
+    ax.set_title("Phase time per step")
+    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, out, "phase_time_per_step")
+
+
+def busy_idle_per_phase(phases: pl.DataFrame, out: Path) -> list[Path]:
+    """Bars: GPU busy vs idle time per phase, summed over steps and devices."""
+    data = step_phases(phases)
+    if data.is_empty() or data["gpu_busy_ns"].sum() + data["idle_ns"].sum() == 0:
+        return []
+    per_phase = (
+        data.group_by("canonical")
+        .agg(pl.col("gpu_busy_ns").sum(), pl.col("idle_ns").sum(), pl.col("start_ns").min())
+        .sort("start_ns")
+    )
+    names = per_phase["canonical"].to_list()
+    busy = (per_phase["gpu_busy_ns"] / 1e6).to_list()
+    idle = (per_phase["idle_ns"] / 1e6).to_list()
+    fig, ax = plt.subplots(figsize=(max(5, 0.8 * len(names) + 2), 4))
+    ax.bar(names, busy, label="GPU busy", color="#4C72B0")
+    ax.bar(names, idle, bottom=busy, label="GPU idle", color="#DDDDDD")
+    ax.set_ylabel("GPU time, all devices (ms)")
+    ax.set_title("GPU busy vs idle per phase (all steps)")
+    ax.tick_params(axis="x", rotation=30)
+    ax.legend(frameon=False)
+    fig.tight_layout()
+    return save_figure(fig, out, "busy_idle_per_phase")
+
+
+def phase_share(phases: pl.DataFrame, out: Path) -> list[Path]:
+    """Per phase: median share of step time, and of step energy when measured."""
+    data = step_phases(phases)
+    if data.is_empty():
+        return []
+    shares = data.with_columns(
+        (pl.col("wall_ns") / pl.col("wall_ns").sum().over("step") * 100).alias("time_pct"),
+        (pl.col("energy_j") / pl.col("energy_j").sum().over("step") * 100).alias("energy_pct"),
+    )
+    median = (
+        shares.group_by("canonical")
+        .agg(
+            pl.col("time_pct").median(),
+            pl.col("energy_pct").median(),
+            pl.col("start_ns").min(),
+            pl.col("has_energy").any(),
+        )
+        .sort("start_ns")
+    )
+    names = median["canonical"].to_list()
+    x = range(len(names))
+    has_energy = bool(median["has_energy"].any())
+    width = 0.4 if has_energy else 0.7
+    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(names) + 2), 4))
+    ax.bar(
+        [i - width / 2 if has_energy else i for i in x],
+        median["time_pct"].to_list(),
+        width,
+        label="time",
+        color="#4C72B0",
+    )
+    if has_energy:
+        ax.bar(
+            [i + width / 2 for i in x],
+            median["energy_pct"].fill_null(0).to_list(),
+            width,
+            label="energy",
+            color="#DD8452",
+        )
+    ax.set_xticks(list(x), names, rotation=30)
+    ax.set_ylabel("share of step (%, median over steps)")
+    ax.set_title("Where a step's time" + (" and energy" if has_energy else "") + " go")
+    ax.legend(frameon=False)
+    fig.tight_layout()
+    return save_figure(fig, out, "phase_share")
+
+
+def data_movement_per_phase(phases: pl.DataFrame, out: Path) -> list[Path]:
+    """Per phase: NCCL and memcpy time (bars) and bytes copied (line), summed over steps."""
+    data = step_phases(phases)
+    if data.is_empty() or data["nccl_ns"].sum() + data["memcpy_ns"].sum() == 0:
+        return []
+    per_phase = (
+        data.group_by("canonical")
+        .agg(
+            pl.col("nccl_ns").sum(),
+            pl.col("memcpy_ns").sum(),
+            pl.col("memcpy_bytes").sum(),
+            pl.col("start_ns").min(),
+        )
+        .sort("start_ns")
+    )
+    names = per_phase["canonical"].to_list()
+    x = list(range(len(names)))
+    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(names) + 2), 4))
+    ax.bar(
+        [i - 0.2 for i in x],
+        (per_phase["nccl_ns"] / 1e6).to_list(),
+        0.4,
+        label="NCCL kernels",
+        color="#C44E52",
+    )
+    ax.bar(
+        [i + 0.2 for i in x],
+        (per_phase["memcpy_ns"] / 1e6).to_list(),
+        0.4,
+        label="memcpy",
+        color="#8172B2",
+    )
+    ax.set_ylabel("time, all devices (ms)")
+    ax.set_xticks(x, names, rotation=30)
+    twin = ax.twinx()
+    twin.plot(
+        x, (per_phase["memcpy_bytes"] / 1e6).to_list(), "o-", color="#555555", label="memcpy MB"
+    )
+    twin.set_ylabel("memcpy (MB)")
+    ax.set_title("Data movement per phase (all steps)")
+    handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
+    ax.legend(handles, [h.get_label() for h in handles], frameon=False, fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, out, "data_movement_per_phase")
+
+
+def energy_per_phase_device(phase_devices: pl.DataFrame, out: Path) -> list[Path]:
+    """Grouped bars: energy of each phase on each GPU, summed over steps."""
+    if "energy_j" not in phase_devices.columns:
+        return []
+    data = phase_devices.filter(
+        pl.col("path").str.starts_with("step/")
+        & (pl.col("path").str.count_matches("/") == 1)
+        & pl.col("energy_j").is_not_null()
+    )
+    if data.is_empty():
+        return []
+    per = data.group_by("path", "device").agg(pl.col("energy_j").sum()).sort("path", "device")
+    names = sorted(per["path"].unique().to_list(), key=lambda p: p)
+    devices = sorted(per["device"].unique().to_list())
+    width = 0.8 / len(devices)
+    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(names) + 2), 4))
+    for k, device in enumerate(devices):
+        values = dict(per.filter(pl.col("device") == device).select("path", "energy_j").iter_rows())
+        ax.bar(
+            [i - 0.4 + width * (k + 0.5) for i in range(len(names))],
+            [values.get(n, 0.0) for n in names],
+            width,
+            label=device_label(device),
+        )
+    ax.set_xticks(range(len(names)), [n.split("/", 1)[1] for n in names], rotation=30)
+    ax.set_ylabel("energy (J, all steps)")
+    ax.set_title("Energy per phase per GPU")
+    ax.legend(frameon=False, fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, out, "energy_per_phase_device")
+
+
+def power_timeline(phases: pl.DataFrame, samples: pl.DataFrame | None, out: Path) -> list[Path]:
+    """Power per GPU over time, with driver phases as bands and phase boundaries as markers."""
+    if samples is None or samples.is_empty():
+        return []
+    bands = phases.filter(
+        pl.col("path").str.starts_with("step/")
+        & (pl.col("path").str.count_matches("/") == 1)
+        & (pl.col("attribution") == "window")
+    ).select("canonical", "start_ns", "end_ns")
+    devices = sorted(samples["device"].unique().to_list())
+    fig, axes = plt.subplots(
+        len(devices), 1, figsize=(10, 1.8 * len(devices) + 1), sharex=True, squeeze=False
+    )
+    seen: set[str] = set()
+    for ax, device in zip(axes[:, 0], devices, strict=True):
+        for name, start, end in bands.iter_rows():
+            ax.axvspan(
+                start / 1e6,
+                end / 1e6,
+                color=_color(name),
+                alpha=0.18,
+                lw=0,
+                label=None if name in seen else name,
+            )
+            ax.axvline(start / 1e6, color="#999999", lw=0.4)
+            seen.add(name)
+        series = samples.filter(pl.col("device") == device).sort("t_ns")
+        ax.plot(
+            (series["t_ns"] / 1e6).to_list(), series["power_w"].to_list(), color="#222222", lw=0.8
+        )
+        ax.set_ylabel(f"{device_label(device)}\nW", fontsize=8)
+    axes[-1, 0].set_xlabel("time (ms, run clock)")
+    axes[0, 0].set_title("GPU power with phases")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0.08 if handles else 0, 1, 1))
+    if handles:
+        fig.legend(
+            handles, labels, loc="lower center", fontsize=7, frameon=False, ncol=min(8, len(labels))
+        )
+    return save_figure(fig, out, "power_timeline")
+
+
+def write_figures(analysis: Analysis, out: str | Path) -> list[Path]:
+    """Every figure the analysis has data for, PNG and SVG, under ``out``."""
+    out = Path(out)
+    phases = analysis.phases
+    return [
+        *phase_time_per_step(phases, out),
+        *phase_share(phases, out),
+        *busy_idle_per_phase(phases, out),
+        *data_movement_per_phase(phases, out),
+        *energy_per_phase_device(analysis.phase_devices, out),
+        *power_timeline(phases, analysis.power_samples, out),
+    ]

@@ -1,0 +1,334 @@
+"""Write an :class:`~analysis.run.pipeline.Analysis` to a folder, each file atomically.
+
+Every file is written to a temporary name in the same folder and renamed into place, so an
+interrupted run never leaves a half-written table; files get the mode the user's umask gives
+(``0o666 & ~umask``), like any file a program creates.
+
+A command writes its folder through :func:`output_folder`, so that the folder ends up holding
+exactly this run's outputs: what the tool wrote there before (listed in the manifest
+:data:`MANIFEST`) and did not write again is removed after the new files are in place, e.g. the
+power samples and power figures of an earlier run with power. Files the tool did not write (a
+user's own notes in the folder) are never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path, PurePosixPath
+
+import polars as pl
+
+from analysis.errors import AnalysisError
+from analysis.run.pipeline import Analysis
+
+#: the list of files the tool wrote into an output folder (hidden; JSON)
+MANIFEST = ".nvtx-phases-outputs.json"
+#: the tables :func:`write_outputs` writes (``power_samples.parquet`` only with power)
+TABLE_NAMES = (
+    "phases.parquet",
+    "phases.csv",
+    "phase_devices.parquet",
+    "gpu_activity.parquet",
+    "kernels.csv",
+    "steps.csv",
+    "power_samples.parquet",
+    "summary.json",
+)
+#: every name the tool writes into ``--out`` (figures under ``figures/``, PNG and SVG): what is
+#: cleaned from a folder an older version wrote, which has no manifest
+_FIGURE_STEMS = (
+    "phase_time_per_step",
+    "busy_idle_per_phase",
+    "phase_share",
+    "data_movement_per_phase",
+    "energy_per_phase_device",
+    "power_timeline",
+    "length_cdf",
+    "length_heatmap",
+    "straggler_timeline",
+)
+KNOWN_OUTPUTS = (
+    *TABLE_NAMES,
+    "report.html",
+    "report.md",
+    *(f"figures/{stem}.{ext}" for stem in _FIGURE_STEMS for ext in ("png", "svg")),
+)
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it (Linux ``/proc``), else set and restored."""
+    try:
+        for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # no /proc: the only portable read sets it; restored at once
+    os.umask(mask)
+    return mask
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
+    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it to ``path``.
+
+    The file gets mode ``0o666 & ~umask`` (``mkstemp`` alone would leave it ``0o600``).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o666 & ~current_umask())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def check_output_folder(out: str | Path) -> None:
+    """Fail early, in one line, when ``out`` cannot be, or become, a writable folder.
+
+    Nothing is created here: a missing folder is created, with its missing parents (``mkdir
+    -p``), only when the outputs are written (:func:`output_folder`), so a run that fails on its
+    input leaves nothing behind. Raises :class:`~analysis.errors.AnalysisError`.
+    """
+    out = Path(out)
+    if out.is_dir():
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".nvtx-phases-probe.", dir=out)
+        except OSError as exc:
+            raise AnalysisError(
+                f"--out {out}: cannot write in this folder ({_reason(exc)})"
+            ) from exc
+        os.close(fd)
+        os.unlink(probe)
+        return
+    if out.exists() or out.is_symlink():
+        raise AnalysisError(f"--out {out}: exists and is not a folder")
+    existing = out.parent
+    while not existing.is_dir() and not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise AnalysisError(f"--out {out}: cannot create this folder ({existing} is not a folder)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise AnalysisError(f"--out {out}: cannot create this folder ({existing} is not writable)")
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def _relative_name(path: Path, out: Path) -> str | None:
+    """``path`` as a POSIX name relative to ``out``; None when it lies outside ``out``."""
+    rel = os.path.relpath(os.path.abspath(path), os.path.abspath(out))
+    name = PurePosixPath(Path(rel).as_posix())
+    return None if name.parts[:1] in (("..",), (".",)) else str(name)
+
+
+def _safe_name(name: object) -> bool:
+    """A manifest entry the cleanup may act on: a plain relative path inside the folder."""
+    if not isinstance(name, str) or not name or "\\" in name or "\0" in name:
+        return False
+    parts = PurePosixPath(name).parts
+    return not PurePosixPath(name).is_absolute() and all(p not in ("", ".", "..") for p in parts)
+
+
+def previous_outputs(out: str | Path) -> set[str]:
+    """What the tool wrote into ``out`` before, as relative POSIX names.
+
+    Its manifest; else, in a folder written by a version without manifests (recognized by
+    ``phases.parquet`` or ``report.html``), the known output names present.
+    """
+    out = Path(out)
+    try:
+        listed = json.loads((out / MANIFEST).read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        listed = None
+    if isinstance(listed, list):
+        return {name for name in listed if _safe_name(name)}
+    if (out / "phases.parquet").is_file() or (out / "report.html").is_file():
+        return {name for name in KNOWN_OUTPUTS if (out / name).is_file()}
+    return set()
+
+
+class OutputSession:
+    """The files one command writes into its output folder (see :func:`output_folder`)."""
+
+    def __init__(self, out: Path, keep: Iterable[str] = ()) -> None:
+        self.out = out
+        self.keep = {name for name in keep if _safe_name(name)}
+        self.previous = previous_outputs(out)
+        self.written: list[Path] = []
+        self._names: set[str] = set()
+
+    def add(self, paths: Iterable[Path]) -> list[Path]:
+        """Record files written under the folder (e.g. by ``write_figures``); returns them."""
+        paths = list(paths)
+        for path in paths:
+            name = _relative_name(Path(path), self.out)
+            if name is not None and name not in self._names:
+                self._names.add(name)
+                self.written.append(Path(path))
+        return paths
+
+    def write(self, name: str, write: Callable[[Path], None]) -> Path:
+        """:func:`atomic_write` ``out/name`` and record it."""
+        return self.add([atomic_write(self.out / name, write)])[0]
+
+    def stale(self) -> list[str]:
+        """Names the tool wrote before that this run neither wrote nor keeps."""
+        return sorted(self.previous - self._names - self.keep)
+
+    def finish(self) -> list[str]:
+        """Remove the stale files (and folders they leave empty), write the manifest.
+
+        Returns the names removed.
+        """
+        removed = []
+        top = os.path.realpath(self.out)
+        for name in self.stale():
+            path = self.out / name
+            parent = os.path.realpath(path.parent)
+            if parent != top and not parent.startswith(top + os.sep):
+                continue  # reached through a symlinked folder: not ours to clean
+            if path.is_symlink() or path.is_file():
+                path.unlink(missing_ok=True)
+                removed.append(name)
+                _remove_empty_parents(path.parent, self.out)
+        self._write_manifest(self._names | {n for n in self.keep if (self.out / n).exists()})
+        return removed
+
+    def abandon(self) -> None:
+        """After a failure: list everything written so far or before, so a later run cleans it."""
+        with suppress(OSError):
+            self._write_manifest(self.previous | self._names | self.keep)
+
+    def _write_manifest(self, names: set[str]) -> None:
+        body = {"tool": "nvtx-phases", "files": sorted(names)}
+        atomic_write(
+            self.out / MANIFEST,
+            lambda p: p.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8"),
+        )
+
+
+def _remove_empty_parents(folder: Path, out: Path) -> None:
+    """``rmdir`` ``folder`` and its parents up to (not including) ``out`` while they are empty."""
+    top = os.path.abspath(out)
+    current = Path(os.path.abspath(folder))
+    while str(current) != top and str(current).startswith(top + os.sep):
+        try:
+            current.rmdir()
+        except OSError:  # not empty (a user's file, or a file this run wrote): keep it
+            return
+        current = current.parent
+
+
+@contextmanager
+def output_folder(out: str | Path, *, keep: Iterable[str] = ()) -> Iterator[OutputSession]:
+    """Write one run's outputs into ``out``; afterwards it holds exactly this run's files.
+
+    Creates ``out`` with its missing parents. Inside the block, record every file written
+    (``session.add(paths)`` or ``session.write(name, writer)``); on success, what the tool
+    wrote there before (its manifest :data:`MANIFEST`) and this run did not write is removed,
+    except ``keep`` (names relative to ``out``: an analysis that ``report`` draws from the same
+    folder), and the manifest is rewritten. Files the tool never wrote are left alone. On
+    failure nothing is removed and the manifest lists the old and new files, so the next run
+    into ``out`` cleans them.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise AnalysisError(f"--out {out}: exists and is not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise AnalysisError(f"--out {out}: cannot create this folder ({_reason(exc)})") from exc
+    session = OutputSession(out, keep)
+    try:
+        yield session
+    except BaseException:
+        session.abandon()
+        raise
+    session.finish()
+
+
+def same_folder(a: str | Path, b: str | Path) -> bool:
+    """Whether two paths name the same existing folder."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def write_outputs(analysis: Analysis, out: str | Path) -> list[Path]:
+    """Write phases (Parquet+CSV), per-device phases, GPU activity, kernels, steps and summary."""
+    out = Path(out)
+    written = [
+        atomic_write(out / "phases.parquet", analysis.phases.write_parquet),
+        atomic_write(out / "phases.csv", analysis.phases.write_csv),
+        atomic_write(out / "phase_devices.parquet", analysis.phase_devices.write_parquet),
+        atomic_write(out / "gpu_activity.parquet", _activity_writer(analysis.gpu_activity)),
+        atomic_write(
+            out / "kernels.csv",
+            analysis.kernels.with_columns(pl.col("op_class").cast(pl.String)).write_csv,
+        ),
+        atomic_write(out / "steps.csv", analysis.steps.write_csv),
+        *(
+            [atomic_write(out / "power_samples.parquet", analysis.power_samples.write_parquet)]
+            if analysis.power_samples is not None
+            else []
+        ),
+        atomic_write(
+            out / "summary.json",
+            lambda p: p.write_text(json.dumps(analysis.summary, indent=2) + "\n", encoding="utf-8"),
+        ),
+    ]
+    return written
+
+
+def _activity_writer(activity: pl.DataFrame | pl.LazyFrame) -> Callable[[Path], None]:
+    # a big run's activity is a lazy scan of per-bucket parts: stream it, never collect it
+    if isinstance(activity, pl.LazyFrame):
+        return lambda path: activity.sink_parquet(path)
+    return activity.write_parquet
+
+
+def load_analysis(folder: str | Path) -> Analysis:
+    """Read back what :func:`write_outputs` wrote (of GPU activity, only pid, device, dur_ns)."""
+    folder = Path(folder)
+    required = (
+        "phases.parquet",
+        "phase_devices.parquet",
+        "kernels.csv",
+        "steps.csv",
+        "summary.json",
+    )
+    missing = [name for name in required if not (folder / name).exists()]
+    if missing:
+        from analysis.errors import AnalysisError
+
+        msg = f"{folder}: not an analysis folder (missing {', '.join(missing)}); run `nvtx-phases analyze` first"
+        raise AnalysisError(msg)
+    power = folder / "power_samples.parquet"
+    return Analysis(
+        phases=pl.read_parquet(folder / "phases.parquet"),
+        phase_devices=pl.read_parquet(folder / "phase_devices.parquet"),
+        # only what per-rank questions need: the full table can be millions of rows
+        gpu_activity=pl.read_parquet(
+            folder / "gpu_activity.parquet", columns=["pid", "device", "dur_ns"]
+        )
+        if (folder / "gpu_activity.parquet").exists()
+        else pl.DataFrame(),
+        kernels=pl.read_csv(folder / "kernels.csv"),
+        steps=pl.read_csv(folder / "steps.csv"),
+        summary=json.loads((folder / "summary.json").read_text(encoding="utf-8")),
+        warnings=json.loads((folder / "summary.json").read_text(encoding="utf-8")).get(
+            "warnings", []
+        ),
+        power_samples=pl.read_parquet(power) if power.exists() else None,
+    )

@@ -1,0 +1,343 @@
+"""``analyze``: export files → phase table, GPU activity, kernel table and summary.
+
+Read each file (map: ranges whole, GPU operations streamed, linked to their launches and
+spilled to Parquet past ``chunk_ops``), put all files on one clock, cut the run into time
+buckets of about ``chunk_ops`` operations, then attribute over the whole run (reduce, in
+:mod:`analysis.attribute.buckets`): the window scheme needs every process's ranges at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import tempfile
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import polars as pl
+
+from analysis.attribute.buckets import (
+    PROJECTION,
+    WINDOW,
+    Analysis,
+    Bucket,
+    attribute_buckets,
+    attribute_run,
+    concat_or_empty,
+)
+from analysis.attribute.phase_map import PhaseMap, default_phase_map
+from analysis.energy.samples import align, load_samples
+from analysis.errors import AnalysisError
+from analysis.normalize.events import MARKS_SCHEMA, NO_RANGES_HINT, RANGES_SCHEMA
+from analysis.normalize.launches import duplicate_warning, orphan_warning
+from analysis.run.clocks import check_combinable, clock_offsets
+from analysis.run.load import Engine, LoadedTrace, load_all, shifted
+from analysis.run.spill import DEFAULT_CHUNK_OPS
+
+__all__ = [
+    "PROJECTION",
+    "WINDOW",
+    "Analysis",
+    "analyze",
+    "attribute_run",
+    "bucket_edges",
+    "find_power_files",
+]
+
+
+def find_power_files(paths: Sequence[Path]) -> list[Path]:
+    """Sampler Parquet files that belong to these traces.
+
+    Those are ``<stem>.power.parquet`` beside a trace, and ``power_*.parquet`` in a trace's
+    folder (where ``nvtx-phases profile`` puts them).
+    """
+    found: list[Path] = []
+    for path in paths:
+        for candidate in (
+            path.with_name(path.stem + ".power.parquet"),
+            *sorted(path.parent.glob("power_*.parquet")),
+        ):
+            if candidate.exists() and candidate not in found:
+                found.append(candidate)
+    return found
+
+
+def analyze(
+    paths: Sequence[str | Path],
+    *,
+    phase_map: PhaseMap | None = None,
+    power_files: Sequence[str | Path] | None = None,
+    idle_power_w: float | None = None,
+    progress: Callable[[str], None] | None = None,
+    jobs: int = 1,
+    engine: Engine = "process",
+    on_file_done: Callable[[str], None] | None = None,
+    chunk_ops: int = DEFAULT_CHUNK_OPS,
+    spill_dir: str | Path | None = None,
+    force_combine: bool = False,
+) -> Analysis:
+    """Analyze one run given as one or more nsys SQLite exports (one per process or node).
+
+    ``power_files``: NVML sampler Parquet files; by default those found beside the traces
+    (:func:`find_power_files`); pass ``[]`` for none. ``jobs``/``engine``: read files in a
+    process pool or as Ray tasks (:mod:`analysis.run.load`); the result does not depend on them.
+    ``chunk_ops``: most GPU operations held in memory at once; bigger runs are spilled to
+    Parquet in ``spill_dir`` (default: a temporary folder) and attributed one time bucket at
+    a time, with the same result. Files that are not one run (capture windows apart, or the
+    same process in two files) are refused unless ``force_combine``
+    (:func:`analysis.run.clocks.check_combinable`).
+    """
+    phase_map = phase_map or default_phase_map()
+    paths = [Path(p) for p in paths]
+    labels = _unique_labels(paths)
+    try:
+        work = Path(tempfile.mkdtemp(prefix="nvtx-phases-", dir=spill_dir))
+    except OSError as exc:
+        raise AnalysisError(
+            f"spill folder {spill_dir or tempfile.gettempdir()}: cannot make a work folder "
+            f"there ({exc.strerror or exc}); pass --spill-dir with a writable folder"
+        ) from None
+    try:
+        result = _analyze(
+            paths,
+            labels,
+            work,
+            phase_map=phase_map,
+            power_files=power_files,
+            idle_power_w=idle_power_w,
+            progress=progress,
+            jobs=jobs,
+            engine=engine,
+            on_file_done=on_file_done,
+            chunk_ops=chunk_ops,
+            force_combine=force_combine,
+        )
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    # the operations spilled while reading are done with; activity parts back
+    # result.gpu_activity and go when the result does
+    shutil.rmtree(work / "ops", ignore_errors=True)
+    if (work / "activity").exists():
+        weakref.finalize(result, shutil.rmtree, work, True)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def _analyze(
+    paths: list[Path],
+    labels: list[str],
+    work: Path,
+    *,
+    phase_map: PhaseMap,
+    power_files: Sequence[str | Path] | None,
+    idle_power_w: float | None,
+    progress: Callable[[str], None] | None,
+    jobs: int,
+    engine: Engine,
+    on_file_done: Callable[[str], None] | None,
+    chunk_ops: int,
+    force_combine: bool,
+) -> Analysis:
+    if progress:
+        progress(f"reading {len(paths)} export(s)")
+    (work / "ops").mkdir()
+    loaded = load_all(
+        paths,
+        labels,
+        jobs=jobs,
+        engine=engine,
+        on_done=on_file_done,
+        chunk_ops=chunk_ops,
+        spill_dir=work / "ops",
+    )
+    _refuse_empty(loaded)
+    offsets, warnings = clock_offsets(loaded)
+    warnings += check_combinable(loaded, force=force_combine)
+    for trace in loaded:
+        warnings.extend(trace.warnings)
+    ranges = concat_or_empty(
+        [shifted(t.ranges, offsets[t.label], ("start_ns", "end_ns")) for t in loaded],
+        RANGES_SCHEMA,
+    )
+    marks = concat_or_empty(
+        [shifted(t.marks, offsets[t.label], ("ts_ns",)) for t in loaded], MARKS_SCHEMA
+    )
+    devices = sorted({d for t in loaded for d in t.ops.devices})
+    n_ops = sum(t.ops.n_ops for t in loaded)
+    launch_warnings = duplicate_warning(sum(t.n_duplicated_calls for t in loaded)) + orphan_warning(
+        sum(t.ops.n_orphans for t in loaded), n_ops, sum(t.n_calls for t in loaded)
+    )
+    power_paths = (
+        [Path(p) for p in power_files] if power_files is not None else find_power_files(paths)
+    )
+    power = None
+    if power_paths:
+        if progress:
+            progress("aligning power samples")
+        known = [t.clock_zero_utc_ns for t in loaded if t.clock_zero_utc_ns is not None]
+        power = align(
+            load_samples(power_paths),
+            marks,
+            origin_utc_ns=min(known) if known else None,
+            op_devices=devices,
+            aliases=device_aliases(loaded),
+        )
+        warnings.extend(power.warnings)
+    edges = bucket_edges([t.ops.start_sample + offsets[t.label] for t in loaded], n_ops, chunk_ops)
+    bases = dict(
+        zip(labels, itertools.accumulate([0, *(t.ops.n_ops for t in loaded)]), strict=False)
+    )
+
+    def buckets() -> Iterator[Bucket]:
+        for number, (lo, hi) in enumerate(edges, start=1):
+            if progress and len(edges) > 1:
+                progress(f"attributing time bucket {number}/{len(edges)}")
+            parts = [
+                t.ops.between(lo, hi, offsets[t.label]).with_columns(
+                    (pl.col("op_local") + bases[t.label]).alias("op_id")
+                )
+                for t in loaded
+            ]
+            yield Bucket(lo, hi, pl.concat(parts).sort("op_id").drop("op_local"))
+
+    if progress:
+        progress(f"attributing {n_ops:,} GPU operations in {len(edges)} bucket(s)")
+    result = attribute_buckets(
+        ranges,
+        pl.concat([t.ops.launch_threads for t in loaded]).unique(),
+        devices,
+        buckets(),
+        phase_map,
+        power=power,
+        idle_power_w=idle_power_w,
+        launch_warnings=launch_warnings,
+        activity_dir=work / "activity" if len(edges) > 1 else None,
+    )
+    warnings += _coverage_warnings(ranges, result)
+    result.warnings[:0] = warnings
+    result.summary.update(
+        gpus=sorted({name for t in loaded for name in t.gpus}),
+        driver_versions=sorted({t.driver_version for t in loaded if t.driver_version}),
+        traces=[
+            {
+                "label": t.label,
+                "path": str(t.path),
+                "nsys_version": t.nsys_version,
+                "host": t.host,
+                "session_start_utc_ns": t.session_start_utc_ns,
+                "clock_zero_utc_ns": t.clock_zero_utc_ns,
+                "clock_offset_ns": offsets[t.label],
+                "missing_tables": t.missing_tables,
+            }
+            for t in loaded
+        ],
+        missing_tables=sorted({m for t in loaded for m in t.missing_tables}),
+        devices=_device_table(loaded),
+        n_ranges=ranges.height,
+        n_buckets=len(edges),
+        power_files=[str(p) for p in power_paths],
+        warnings=result.warnings,
+    )
+    return result
+
+
+def _refuse_empty(loaded: Sequence[LoadedTrace]) -> None:
+    """One line instead of empty tables when no file holds an NVTX range or a GPU operation."""
+    if any(t.ranges.height or t.ops.n_ops for t in loaded):
+        return
+    names = ", ".join(t.path.name for t in loaded)
+    # NVTX that holds only domain events: the cause has a known fix, say it
+    cause = next((w for t in loaded for w in t.warnings if NO_RANGES_HINT in w), None)
+    if cause is not None:
+        raise AnalysisError(f"nothing to analyze: {cause}")
+    missing = sorted({m for t in loaded for m in t.missing_tables})
+    raise AnalysisError(
+        f"{names}: nothing to analyze: no NVTX range and no GPU operation"
+        + (f" (the capture has no {', '.join(missing)})" if missing else "")
+        + "; capture with --trace=cuda,nvtx"
+    )
+
+
+def device_aliases(loaded: Sequence[LoadedTrace]) -> dict[str, str]:
+    """``host:deviceId`` → device name, for power samples that carry only an NVML index.
+
+    Only pairs that name one GPU: under Ray every process's GPU is device 0, so those are left out.
+    """
+    seen: dict[str, set[str]] = {}
+    for trace in loaded:
+        described = dict(
+            zip(trace.gpu_identities["device"], trace.gpu_identities["device_id"], strict=True)
+        )
+        for device in trace.ops.devices:
+            index = described.get(device, device.rsplit(":", 1)[-1])
+            seen.setdefault(f"{trace.host}:{index}", set()).add(device)
+    return {alias: next(iter(d)) for alias, d in seen.items() if len(d) == 1}
+
+
+def _device_table(loaded: Sequence[LoadedTrace]) -> list[dict]:
+    """The run's physical GPUs: name, how each is identified, and the files that used it."""
+    rows: dict[str, dict] = {}
+    for trace in loaded:
+        described = {r["device"]: r for r in trace.gpu_identities.iter_rows(named=True)}
+        for device in trace.ops.devices:
+            info = described.get(device, {})
+            row = rows.setdefault(
+                device,
+                {
+                    "device": device,
+                    "identity": info.get("identity") or "file",
+                    "gpu_name": info.get("gpu_name"),
+                    "uuid": info.get("uuid"),
+                    "bus_location": info.get("bus_location"),
+                    "host": trace.host,
+                    "traces": [],
+                },
+            )
+            row["traces"].append(trace.label)
+    return [rows[d] for d in sorted(rows)]
+
+
+def _coverage_warnings(ranges: pl.DataFrame, result: Analysis) -> list[str]:
+    """Say why a table is empty or why GPU time has no detail, instead of staying silent."""
+    warnings = []
+    if ranges.height and not result.phases.height:
+        names = ranges["name"].value_counts(sort=True).head(5)["name"].to_list()
+        warnings.append(
+            f"{ranges.height} NVTX range(s) (e.g. {', '.join(repr(n) for n in names)}) but none "
+            "is a known phase: pass --all-ranges, or --phase-map FILE.toml naming yours"
+        )
+    n_graphs = result.summary.get("n_graphs", 0)
+    if n_graphs:
+        warnings.append(
+            f"{n_graphs} CUDA graph launch(es) ({result.summary['graph_ns'] / 1e6:.3f} ms) were "
+            "recorded whole (--cuda-graph-trace=graph): counted as class cuda_graph; per-kernel "
+            "detail inside graphs needs --cuda-graph-trace=node"
+        )
+    return warnings
+
+
+def bucket_edges(
+    samples: Sequence[pl.Series], n_ops: int, chunk_ops: int
+) -> list[tuple[int | None, int | None]]:
+    """Time buckets ``[lo, hi)`` (None: open end) of about ``chunk_ops`` operations each.
+
+    Edges are placed on quantiles of the sampled start times; the result never depends on
+    where they fall (tested), only the memory held at once does.
+    """
+    if n_ops <= chunk_ops:
+        return [(None, None)]
+    starts = pl.concat(list(samples)).sort()
+    n_buckets = -(-n_ops // chunk_ops)
+    picks = [starts[(len(starts) * k) // n_buckets] for k in range(1, n_buckets)]
+    cuts = sorted(set(int(p) for p in picks))
+    bounds: list[int | None] = [None, *cuts, None]
+    return list(itertools.pairwise(bounds))
+
+
+def _unique_labels(paths: list[Path]) -> list[str]:
+    """File stems, made unique with the parent folder name where two files share a stem."""
+    stems = [p.stem for p in paths]
+    return [f"{p.parent.name}/{p.stem}" if stems.count(p.stem) > 1 else p.stem for p in paths]

@@ -1,0 +1,157 @@
+"""One trace's GPU operations, linked to their launches: in memory, or spilled to Parquet.
+
+Exports up to ``chunk_ops`` operations stay in memory. Bigger ones are read in batches and
+written to Parquet parts in a spill folder as they come, so that reading never holds more than
+about ``chunk_ops`` operations; :mod:`analysis.run.pipeline` then takes them back one time window
+(bucket) at a time. Both give the same rows: ``op_local`` numbers them in table order
+(kernels, memcpys, memsets, each in file order).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from analysis.errors import AnalysisError
+from analysis.normalize.events import OPS_SCHEMA
+from analysis.normalize.launches import CALL_COLUMNS, CallIndex
+
+#: Rows per batch read from SQLite.
+BATCH_ROWS = 131_072
+#: Default most operations held in memory at once (per trace while reading; per bucket after).
+DEFAULT_CHUNK_OPS = 2_000_000
+#: One start time in this many is kept to place bucket edges.
+SAMPLE_EVERY = 256
+
+STORE_SCHEMA = {**OPS_SCHEMA, **CALL_COLUMNS, "op_local": pl.Int64}
+
+
+@dataclass
+class OpsStore:
+    """The operations of one trace on its own clock, and what the run needs to know of them."""
+
+    label: str
+    #: all operations, when they fit in memory (else None)
+    frame: pl.DataFrame | None
+    #: Parquet parts, when spilled
+    files: list[Path]
+    n_ops: int
+    #: every SAMPLE_EVERY-th start (own clock), to place bucket edges
+    start_sample: pl.Series
+    devices: list[str]
+    #: (trace, gtid) of the threads that launched operations
+    launch_threads: pl.DataFrame
+    n_orphans: int
+    #: processes that issued operations
+    pids: list[int]
+
+    def between(self, lo_ns: int | None, hi_ns: int | None, offset_ns: int) -> pl.DataFrame:
+        """Operations starting in ``[lo, hi)`` on the run's clock, shifted onto it (None: open)."""
+        cond = pl.lit(True)
+        if lo_ns is not None:
+            cond = cond & (pl.col("start_ns") >= lo_ns - offset_ns)
+        if hi_ns is not None:
+            cond = cond & (pl.col("start_ns") < hi_ns - offset_ns)
+        if self.frame is not None:
+            picked = self.frame.filter(cond)
+        elif self.files:
+            picked = pl.scan_parquet(self.files).filter(cond).collect().sort("op_local")
+        else:
+            picked = pl.DataFrame(schema=STORE_SCHEMA)
+        if offset_ns:
+            picked = picked.with_columns(
+                pl.col(c) + offset_ns
+                for c in ("start_ns", "end_ns", "call_start_ns", "call_end_ns")
+            )
+        return picked
+
+
+def collect_ops(
+    label: str,
+    batches: Iterable[pl.DataFrame],
+    calls: CallIndex,
+    *,
+    chunk_ops: int = DEFAULT_CHUNK_OPS,
+    spill_dir: Path | None = None,
+) -> OpsStore:
+    """Link each batch of operations (ops layout) to its calls; keep or spill them."""
+    held: list[pl.DataFrame] = []
+    held_rows = 0
+    files: list[Path] = []
+    samples: list[pl.Series] = []
+    devices: set[str] = set()
+    pids: set[int] = set()
+    threads: list[pl.Series] = []
+    n_ops = n_orphans = 0
+
+    def spill() -> None:
+        nonlocal held, held_rows
+        if spill_dir is None:
+            raise RuntimeError("spilling needs a spill folder")
+        part = spill_dir / f"ops-{_safe(label)}-{len(files):05d}.parquet"
+        # sorted by start, in modest row groups: a bucket's filter then skips most groups
+        write_part(pl.concat(held).sort("start_ns"), part)
+        files.append(part)
+        held, held_rows = [], 0
+
+    for batch in batches:
+        if batch.is_empty():
+            continue
+        linked = calls.link(batch).with_columns(
+            pl.int_range(n_ops, n_ops + batch.height, dtype=pl.Int64).alias("op_local")
+        )
+        # every op_local divisible by SAMPLE_EVERY: the same picks however batches fall
+        samples.append(linked["start_ns"].gather_every(SAMPLE_EVERY, offset=-n_ops % SAMPLE_EVERY))
+        n_ops += batch.height
+        n_orphans += linked["gtid"].null_count()
+        devices.update(linked["device"].unique().to_list())
+        pids.update(linked["pid"].drop_nulls().unique().to_list())
+        threads.append(linked["gtid"].drop_nulls().unique())
+        held.append(linked)
+        held_rows += linked.height
+        if held_rows >= chunk_ops and spill_dir is not None:
+            spill()
+    if files and held:
+        spill()
+    frame = None
+    if not files:
+        frame = pl.concat(held) if held else pl.DataFrame(schema=STORE_SCHEMA)
+    return OpsStore(
+        label=label,
+        frame=frame,
+        files=files,
+        n_ops=n_ops,
+        start_sample=pl.concat(samples) if samples else pl.Series("start_ns", [], dtype=pl.Int64),
+        devices=sorted(devices),
+        launch_threads=pl.DataFrame(
+            {"trace": label, "gtid": pl.concat(threads).unique() if threads else []},
+            schema={"trace": pl.String, "gtid": pl.Int64},
+        ),
+        n_orphans=n_orphans,
+        pids=sorted(pids),
+    )
+
+
+def _safe(label: str) -> str:
+    # labels are free text (folder/stem): keep a readable part and make it unique with a hash
+    readable = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)[:40]
+    return f"{readable}-{hashlib.sha1(label.encode()).hexdigest()[:8]}"
+
+
+def write_part(frame: pl.DataFrame, part: Path) -> None:
+    """Write a spill or activity part (lz4: read back once, soon; fast beats small).
+
+    Modest row groups let a time filter skip most of a sorted part. A full or read-only disk
+    becomes an :class:`~analysis.errors.AnalysisError` naming the folder, not a traceback.
+    """
+    try:
+        frame.write_parquet(part, row_group_size=65_536, compression="lz4")
+    except OSError as exc:
+        raise AnalysisError(
+            f"spill folder {part.parent}: cannot write {part.name} ({exc}); "
+            "free space there or pass --spill-dir elsewhere"
+        ) from None

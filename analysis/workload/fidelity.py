@@ -1,0 +1,183 @@
+"""Trace phase times against VeRL's own timers (``timing_s/*``), per step and stage.
+
+VeRL logs ``timing_s/<stage>`` per step through its console logger (``step:3 - timing_s/gen:12.3
+- …``, possibly behind a Ray prefix such as ``(TaskRunner pid=1234)`` and with ANSI colour codes,
+which are stripped) or its file logger (JSON lines ``{"step": 3, "data": {...}}``). Older VeRL
+releases named the same timers ``timing/<stage>`` (also seconds); they are read too, and where a
+step has both, ``timing_s/`` wins. Values printed by numpy 2's repr (``np.float64(12.3)``) parse
+as numbers. ``error_pct = (trace − logged) / logged × 100``; a stage's accuracy is
+``100 − mean |error_pct|`` over steps, and the overall accuracy the same over every (stage,
+step) pair: the measure PolyTrace reports for its benchmark against real runs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import polars as pl
+
+from analysis.errors import AnalysisError
+from analysis.run.pipeline import Analysis
+
+STAGES = (
+    "gen",
+    "reward",
+    "old_log_prob",
+    "ref",
+    "values",
+    "adv",
+    "update_critic",
+    "update_actor",
+    "update_weights",
+    "step",
+)
+_CONSOLE = re.compile(r"(?<![\w/])step:(\d+) - (.*)$")
+_PAIR = re.compile(
+    r"([\w/@.\-]+):(?:np\.\w+\()?(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\)?(?= - |\s*$)"
+)
+#: ANSI escape sequences (Ray colours its ``(TaskRunner pid=…)`` prefixes) and carriage returns
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|\r")
+#: timer key prefixes, newest first: VeRL's ``timing_s/`` and its older ``timing/``
+TIMING_PREFIXES = ("timing_s/", "timing/")
+
+
+def read_verl_log(path: str | Path) -> pl.DataFrame:
+    """``step, key, value`` for every numeric metric in a VeRL console or JSON-lines log."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise AnalysisError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    rows: list[tuple[int, str, float]] = []
+    for line in text.splitlines():
+        line = _ANSI.sub("", line).strip()
+        if line.startswith("{"):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            step = record.get("step") if isinstance(record, dict) else None
+            if (
+                isinstance(step, int)
+                and not isinstance(step, bool)
+                and isinstance(record.get("data"), dict)
+            ):
+                rows += [
+                    (step, str(k), float(v))
+                    for k, v in record["data"].items()
+                    if isinstance(v, int | float) and not isinstance(v, bool)
+                ]
+            continue
+        match = _CONSOLE.search(line)
+        if match:
+            step = int(match.group(1))
+            rows += [(step, k, float(v)) for k, v in _PAIR.findall(match.group(2))]
+    if not rows:
+        raise AnalysisError(
+            f"{path}: no VeRL metrics found (console 'step:N - key:value' or file-logger JSON lines)"
+        )
+    return pl.DataFrame(
+        rows, schema={"step": pl.Int64, "key": pl.String, "value": pl.Float64}, orient="row"
+    )
+
+
+def stage_times(analysis: Analysis) -> pl.DataFrame:
+    """Per step and stage: the trace's wall time of the driver phase (s)."""
+    rows = analysis.phases.filter(
+        pl.col("step").is_not_null() & (pl.col("attribution") == "window")
+    )
+    stage = (
+        pl.when(pl.col("path") == "step")
+        .then(pl.lit("step"))
+        .otherwise(pl.col("path").str.strip_prefix("step/"))
+    )
+    return (
+        rows.filter((pl.col("path") == "step") | (pl.col("path").str.count_matches("/") == 1))
+        .with_columns(stage.alias("stage"))
+        .group_by("step", "stage")
+        .agg((pl.col("wall_ns").sum() / 1e9).alias("trace_s"))
+    )
+
+
+def logged_stage_times(log: pl.DataFrame) -> pl.DataFrame:
+    """``step, stage, logged_s``: VeRL's timer per step and stage (``timing_s/`` over ``timing/``).
+
+    A key logged more than once for a step (a restarted run) keeps its last value.
+    """
+    frames = []
+    for rank, prefix in enumerate(TIMING_PREFIXES):
+        frames.append(
+            log.filter(pl.col("key").str.starts_with(prefix)).with_columns(
+                pl.col("key").str.strip_prefix(prefix).alias("stage"),
+                pl.lit(rank).alias("_prefix_rank"),
+            )
+        )
+    return (
+        pl.concat(frames)
+        .filter(pl.col("stage").is_in(STAGES))
+        .with_row_index("_order")
+        .sort("step", "stage", "_prefix_rank", "_order")
+        .group_by("step", "stage", maintain_order=True)
+        .agg(
+            pl.col("value")
+            .filter(pl.col("_prefix_rank") == pl.col("_prefix_rank").min())
+            .last()
+            .alias("logged_s")
+        )
+    )
+
+
+def compare_with_log(analysis: Analysis, log: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
+    """Per (step, stage) errors, and a summary per stage plus overall accuracy."""
+    logged = logged_stage_times(log)
+    both = (
+        stage_times(analysis)
+        .join(logged, on=["step", "stage"], how="inner")
+        .filter(pl.col("logged_s") > 0)
+    )
+    both = both.with_columns(
+        ((pl.col("trace_s") - pl.col("logged_s")) / pl.col("logged_s") * 100).alias("error_pct")
+    )
+    both = both.sort("step", "stage")
+    per_stage = (
+        both.group_by("stage")
+        .agg(
+            pl.len().alias("n_steps"),
+            pl.col("logged_s").mean().alias("mean_logged_s"),
+            pl.col("trace_s").mean().alias("mean_trace_s"),
+            pl.col("error_pct").mean().alias("mean_error_pct"),
+            pl.col("error_pct").abs().mean().alias("mean_abs_error_pct"),
+        )
+        .with_columns((100 - pl.col("mean_abs_error_pct")).alias("accuracy_pct"))
+        .sort("stage")
+    )
+    summary = {
+        "stages": {row.pop("stage"): row for row in per_stage.iter_rows(named=True)},
+        "overall_accuracy_pct": float(100 - both["error_pct"].abs().mean())
+        if both.height
+        else None,
+        "n_pairs": both.height,
+        "matched_steps": sorted(both["step"].unique().to_list()),
+    }
+    return both, summary
+
+
+def to_markdown(summary: dict) -> str:
+    """The per-stage table and the overall accuracy."""
+    lines = [
+        "| stage | steps | logged s (mean) | trace s (mean) | error % (mean) | |error| % | accuracy % |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for stage, row in summary["stages"].items():
+        lines.append(
+            f"| {stage} | {row['n_steps']} | {row['mean_logged_s']:.4f} | {row['mean_trace_s']:.4f} | "
+            f"{row['mean_error_pct']:+.2f} | {row['mean_abs_error_pct']:.2f} | {row['accuracy_pct']:.2f} |"
+        )
+    overall = summary["overall_accuracy_pct"]
+    lines += [
+        "",
+        f"Overall accuracy: {overall:.2f}%" if overall is not None else "No step matched.",
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,139 @@
+"""Rollout stragglers from the trace: per rank, how long its GPU waits for the slowest rank.
+
+Per step, each rank's generation range (VeRL's ``generate_sequences``, or nvtx_phases'
+``generation``) ends at ``gen_end_ns``; the step's generation ends when the last rank's does.
+``idle_tail_ns = last_end_ns − gen_end_ns`` is the time the rank's GPU waits with nothing to
+decode. With power samples, ``idle_tail_energy_j`` is that GPU's energy over the tail. With
+response lengths, ``tail_after_p90_ns`` estimates how long decoding ran after the p90 response
+would have finished: sequences decode in parallel at about the same rate, so the p90 response
+finishes at ``p90 / max`` of the generation time and the rest serves the longest 10% alone.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from analysis.energy.samples import PowerData, cumulative_energy, energy_at
+from analysis.run.pipeline import Analysis
+
+GENERATION_PHASES = ("generate_sequences", "generation")
+
+
+def rank_devices(analysis: Analysis) -> pl.DataFrame:
+    """The GPU each process ran most of its operations on: ``pid, device``."""
+    ops = analysis.gpu_activity.lazy()
+    if not {"pid", "device", "dur_ns"} <= set(ops.collect_schema().names()):
+        return pl.DataFrame(schema={"pid": pl.Int64, "device": pl.String})
+    return (
+        ops.group_by("pid", "device")
+        .agg(pl.col("dur_ns").sum())
+        .sort("pid", "dur_ns", "device", descending=[False, True, False])
+        .unique(subset="pid", keep="first", maintain_order=True)
+        .select("pid", "device")
+        .collect()
+    )
+
+
+def generation_tails(analysis: Analysis, lengths_stats: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Per step and rank: generation start/end, idle tail, busy share of gen, tail energy."""
+    phases = analysis.phases.filter(
+        pl.col("canonical").is_in(GENERATION_PHASES) & pl.col("step").is_not_null()
+    )
+    # one generation interval per rank and step (outermost if both names are marked)
+    gen = (
+        phases.sort("level")
+        .unique(subset=["step", "pid"], keep="first", maintain_order=True)
+        .select(
+            "step",
+            "pid",
+            pl.col("start_ns").alias("gen_start_ns"),
+            pl.col("end_ns").alias("gen_end_ns"),
+        )
+    )
+    if gen.is_empty():
+        return gen
+    gen = gen.with_columns(
+        pl.col("gen_end_ns").max().over("step").alias("last_end_ns")
+    ).with_columns(
+        (pl.col("last_end_ns") - pl.col("gen_end_ns")).alias("idle_tail_ns"),
+        (pl.col("gen_end_ns") == pl.col("last_end_ns")).alias("is_straggler"),
+    )
+    gen = gen.join(rank_devices(analysis), on="pid", how="left")
+    busy = analysis.phase_devices.filter(pl.col("path") == "step/gen").select(
+        "step", "device", (pl.col("gpu_busy_ns") / pl.col("wall_ns")).alias("gen_busy_fraction")
+    )
+    gen = gen.join(busy, on=["step", "device"], how="left")
+    samples = analysis.power_samples
+    if samples is not None and samples.height:
+        power = PowerData(
+            samples=samples, source=analysis.summary.get("power_source") or "", interval_ns=None
+        )
+        cum = cumulative_energy(power)
+        start = energy_at(cum, gen.select("device", pl.col("gen_end_ns").alias("t_ns")))["cum_j"]
+        end = energy_at(cum, gen.select("device", pl.col("last_end_ns").alias("t_ns")))["cum_j"]
+        gen = gen.with_columns((end - start).alias("idle_tail_energy_j"))
+    else:
+        gen = gen.with_columns(pl.lit(None, dtype=pl.Float64).alias("idle_tail_energy_j"))
+    if lengths_stats is not None:
+        gen = (
+            gen.join(lengths_stats.select("step", "p90", "max"), on="step", how="left")
+            .with_columns(
+                (
+                    (pl.col("last_end_ns") - pl.col("gen_start_ns").min().over("step"))
+                    * (1 - pl.col("p90") / pl.col("max"))
+                )
+                .round()
+                .cast(pl.Int64)
+                .alias("tail_after_p90_ns")
+            )
+            .drop("p90", "max")
+        )
+    return gen.sort("step", "pid")
+
+
+def phase_imbalance(analysis: Analysis) -> pl.DataFrame:
+    """Per step and projection phase: max/mean of the ranks' wall time (1 = balanced)."""
+    rows = analysis.phases.filter(
+        (pl.col("attribution") == "projection") & pl.col("step").is_not_null()
+    )
+    return (
+        rows.group_by("step", "canonical")
+        .agg(
+            pl.col("pid").n_unique().alias("ranks"),
+            (pl.col("wall_ns").max() / pl.col("wall_ns").mean()).alias("wall_max_over_mean"),
+            pl.col("wall_ns").max().alias("slowest_ns"),
+        )
+        .filter(pl.col("ranks") > 1)
+        .sort("step", "canonical")
+    )
+
+
+def energy_per_token(analysis: Analysis, lengths_stats: pl.DataFrame) -> pl.DataFrame:
+    """Per step: generated tokens, energy of ``gen`` and of the whole step, J/token, tokens/J.
+
+    Tokens are the response lengths recorded for the step; energies are the window scheme's
+    (every sampled GPU). Null where the run has no power samples.
+    """
+    window = analysis.phases.filter(
+        (pl.col("attribution") == "window") & pl.col("path").is_in(["step", "step/gen"])
+    )
+    energy = window.group_by("step").agg(
+        pl.col("energy_j").filter(pl.col("path") == "step/gen").sum().alias("gen_energy_j"),
+        pl.col("energy_j").filter(pl.col("path") == "step").sum().alias("step_energy_j"),
+        pl.col("energy_j").is_not_null().any().alias("_has"),
+    )
+    return (
+        lengths_stats.select("step", "tokens")
+        .join(energy, on="step", how="left")
+        .with_columns(
+            pl.when(pl.col("_has")).then(pl.col("gen_energy_j")).alias("gen_energy_j"),
+            pl.when(pl.col("_has")).then(pl.col("step_energy_j")).alias("step_energy_j"),
+        )
+        .with_columns(
+            (pl.col("gen_energy_j") / pl.col("tokens")).alias("gen_j_per_token"),
+            (pl.col("tokens") / pl.col("gen_energy_j")).alias("tokens_per_gen_j"),
+            (pl.col("step_energy_j") / pl.col("tokens")).alias("step_j_per_token"),
+        )
+        .drop("_has")
+        .sort("step")
+    )
