@@ -1,6 +1,32 @@
-"""Named exceptions of the analysis side. The CLI turns each into a one-line message and exit 2."""
+"""Every named error of the analysis and the CLI; the CLI turns each into one line and exit 2.
+
+The capture side's errors (:class:`~nvtx_phases.errors.NsysError`,
+:class:`~nvtx_phases.errors.HookError`) are defined in ``nvtx_phases.errors`` so that training
+workers never import the analysis; they are re-exported here.
+"""
 
 from __future__ import annotations
+
+from nvtx_phases.errors import CaptureError, HookError, NsysError
+
+__all__ = [
+    "USER_ERRORS",
+    "AnalysisError",
+    "CaptureError",
+    "CombineError",
+    "HookError",
+    "InputError",
+    "MissingColumns",
+    "MissingDependency",
+    "NotAnNsysExport",
+    "NothingToAnalyze",
+    "NsysError",
+    "OutputError",
+    "PhaseMapError",
+    "SavedAnalysisError",
+    "TraceReadError",
+    "WorkloadInputError",
+]
 
 
 class AnalysisError(Exception):
@@ -53,3 +79,36 @@ class MissingColumns(AnalysisError):
 
 class PhaseMapError(AnalysisError):
     """The user's phase-map TOML file is unreadable or malformed."""
+
+
+class InputError(AnalysisError):
+    """An input path or option is wrong: a missing file, an empty folder, a bad power file."""
+
+
+class OutputError(AnalysisError):
+    """The output or work folder cannot be made or written."""
+
+
+class CombineError(AnalysisError):
+    """Files given as one run are not one run (capture windows apart, one process twice)."""
+
+
+class NothingToAnalyze(AnalysisError):
+    """The inputs hold no NVTX range and no GPU operation."""
+
+
+class SavedAnalysisError(AnalysisError):
+    """An analysis folder written earlier is damaged or from an incompatible version."""
+
+
+class WorkloadInputError(AnalysisError):
+    """Length records, fit parameters, VeRL logs or runs to compare are unusable as given."""
+
+
+class MissingDependency(AnalysisError):
+    """An optional package a feature needs is not installed (the message says which extra)."""
+
+
+#: Everything the CLI reports as one line and exit 2: the analysis side's errors and the capture
+#: side's (``nvtx_phases.errors``, stdlib only, so importing it here costs nothing).
+USER_ERRORS: tuple[type[Exception], ...] = (AnalysisError, CaptureError)

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nvtx_phases.errors import NsysError
+
 DEFAULT_TRACES = ("cuda", "nvtx", "osrt", "cublas")
 INSTALL_HINT = (
     "install Nsight Systems (GPU machines: the NVIDIA CUDA toolkit or the nsight-systems "
@@ -26,10 +28,6 @@ INSTALL_HINT = (
     "`apt-get install nsight-systems`, see ../shared/nsys/install-debian-nsys.sh), or put "
     "`nsys` on PATH / set NSYS=/path/to/nsys"
 )
-
-
-class NsysError(RuntimeError):
-    """nsys is missing, failed, or timed out; the message says which and what to do."""
 
 
 @dataclass(frozen=True)

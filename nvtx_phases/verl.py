@@ -33,15 +33,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from nvtx_phases.errors import HookError
 from nvtx_phases.lengths_record import record_lengths, settings_from_env, write_reward_timings
 from nvtx_phases.marking import current_step, phase
 
 TESTED_VERSIONS = ("0.9.1",)
 WRAPPED_MARK = "__nvtx_phases_original__"
-
-
-class HookError(RuntimeError):
-    """A hook target is missing from the installed VeRL (another release moved it)."""
 
 
 @dataclass(frozen=True)

@@ -71,14 +71,9 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 def _expected_errors() -> tuple[type[BaseException], ...]:
     """Exception classes that mean "the input or the environment is wrong", not a bug."""
-    from analysis.errors import AnalysisError
-    from nvtx_phases.nsys import NsysError  # stdlib only
+    from analysis.errors import USER_ERRORS
 
-    expected: list[type[BaseException]] = [AnalysisError, NsysError, OSError, json.JSONDecodeError]
-    hooks = sys.modules.get("nvtx_phases.verl")  # heavy (VeRL): only once something imported it
-    if hooks is not None:
-        expected.append(hooks.HookError)
-    return tuple(expected)
+    return (*USER_ERRORS, OSError, json.JSONDecodeError)
 
 
 def describe_error(exc: BaseException) -> str:
