@@ -1,1 +1,22 @@
-"""A fixture, not a stage: synthetic nsys exports with the real schema, for ground truth and scale (build; ray: a Ray-style capture)."""
+"""A fixture, not a stage: synthetic nsys exports with the real schema, for ground truth and scale.
+
+Public surface: :func:`generate` with :class:`SynthConfig` writes the synthetic GRPO run (one
+export, or one per process) and its ground truth; :func:`generate_ray` with :class:`RayConfig`
+writes a Ray-style capture (:mod:`analysis.synth.ray`); :func:`write_lengths` writes response-
+length records alone; :data:`TABLES` are the nsys tables every export has.
+
+Modules, one job each: ``constants`` (names and numbers both captures share), ``config`` (the
+GRPO run's knobs and layout), ``timeline`` (ranges, GPU operations, the step layout and a trainer
+worker range, shared), ``power_model`` (the power model, shared), ``model`` (the GRPO run's
+timeline), ``schema`` (the nsys DDL), ``export`` (writing one export, shared), ``truth`` (ground
+truth), ``lengths`` (length records), ``build`` (writing the GRPO run's files); ``ray/`` the same
+for the Ray capture.
+"""
+
+from analysis.synth.build import generate
+from analysis.synth.config import SynthConfig
+from analysis.synth.lengths import write_lengths
+from analysis.synth.ray import RayConfig, generate_ray
+from analysis.synth.schema import TABLES
+
+__all__ = ["TABLES", "RayConfig", "SynthConfig", "generate", "generate_ray", "write_lengths"]

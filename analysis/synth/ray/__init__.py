@@ -34,17 +34,16 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from analysis.synth.build import BASE_UTC_NS
-from analysis.synth.ray.export import write_process
-from analysis.synth.ray.model import (
+from analysis.synth.constants import BASE_UTC_NS
+from analysis.synth.ray.config import (
     BUS_LOCATIONS,
-    RayBuilder,
     RayConfig,
-    RayOp,
     RayProcess,
     device_name,
     nsys_uuid,
 )
+from analysis.synth.ray.export import write_process
+from analysis.synth.ray.model import RayBuilder, RayOp
 from analysis.synth.ray.truth import RAY_NOTES, ray_ground_truth
 
 

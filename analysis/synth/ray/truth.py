@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.synth.build import (
+from analysis.synth.ray.config import BUS_LOCATIONS, device_name
+from analysis.synth.ray.model import RayBuilder
+from analysis.synth.truth import (
     GRAPH_NOTE,
-    _Range,
-    _union,
+    clipped_total,
+    energy_truth,
+    op_arrays,
+    op_tables,
+    phase_metrics,
+    union,
 )
-from analysis.synth.ray.model import (
-    BUS_LOCATIONS,
-    RayBuilder,
-    device_name,
-)
-
-# --- ground truth ----------------------------------------------------------------------------
 
 RAY_NOTES = (
     "Times are ns on the run clock: the driver's session clock, the earliest session. A file's "
@@ -38,55 +37,53 @@ RAY_NOTES = (
 )
 
 
-def _arrays(b: RayBuilder) -> dict[str, np.ndarray]:
-    o = b.ops
+def ray_ground_truth(b: RayBuilder) -> dict:
+    """Expected metrics of the Ray capture, by brute force over the generated operations."""
+    cfg = b.cfg
+    a = op_arrays(b.ops)
+    start, end, kind, wr = a["start"], a["end"], a["kind"], a["wr"]
+    driver, per_device = _driver_phases(b, a)
+    total = int((end - start).sum())
+    in_step = clipped_total(a, [r for r in b.driver if r.name == "step"])
+    kernels, graphs = op_tables(b.ops)
     return {
-        "start": np.array([x.start for x in o], dtype=np.int64),
-        "end": np.array([x.end for x in o], dtype=np.int64),
-        "kind": np.array([x.kind for x in o]),
-        "gpu": np.array([x.gpu for x in o], dtype=np.int64),
-        "bytes": np.array([x.nbytes for x in o], dtype=np.int64),
-        "nccl": np.array([x.name[0].startswith("nccl") for x in o]),
-        "wr": np.array([x.worker_range for x in o], dtype=np.int64),
-    }
-
-
-def _metrics(a: dict[str, np.ndarray], s: int, e: int, mask: np.ndarray, *, clip: bool) -> dict:
-    """Per-kind time, counts and busy time of the operations in ``mask`` for [s, e)."""
-    start, end, kind = a["start"], a["end"], a["kind"]
-    cs = np.maximum(start, s) if clip else start
-    ce = np.minimum(end, e) if clip else end
-    dur = np.where(mask, np.clip(ce - cs, 0, None), 0)
-    counted = mask & (start >= s) & (start < e) if clip else mask
-    bs, be = np.maximum(start, s), np.minimum(end, e)
-    inside = mask & (be > bs)
-    return {
-        "kernel_ns": int(dur[kind == "kernel"].sum()),
-        "nccl_ns": int(dur[(kind == "kernel") & a["nccl"]].sum()),
-        "memcpy_ns": int(dur[kind == "memcpy"].sum()),
-        "memcpy_bytes": int(a["bytes"][counted & (kind == "memcpy")].sum()),
-        "memset_ns": int(dur[kind == "memset"].sum()),
-        "graph_ns": int(dur[kind == "graph"].sum()),
-        "n_kernels": int((counted & (kind == "kernel")).sum()),
-        "n_graphs": int((counted & (kind == "graph")).sum()),
-        "gpu_busy_ns": sum(
-            _union(bs[inside & (a["gpu"] == g)], be[inside & (a["gpu"] == g)])
-            for g in np.unique(a["gpu"]).tolist()
+        "total_gpu_ns": total,
+        **{
+            f"{k}_ns": int((end - start)[kind == k].sum())
+            for k in ("kernel", "memcpy", "memset", "graph")
+        },
+        "nccl_ns": int((end - start)[(kind == "kernel") & a["nccl"]].sum()),
+        "window_attributed_gpu_ns": in_step,
+        "window_in_phase_gpu_ns": clipped_total(a, [r for r in b.driver if r.name != "step"]),
+        "window_unattributed_gpu_ns": total - in_step,
+        "projection_attributed_gpu_ns": int((end - start)[wr >= 0].sum()),
+        "projection_unattributed_gpu_ns": int((end - start)[wr < 0].sum()),
+        "n_gpu_ops": len(start),
+        "n_kernels": int((kind == "kernel").sum()),
+        "n_graphs": int((kind == "graph").sum()),
+        "n_steps": cfg.steps,
+        "n_devices": len(np.unique(a["gpu"])),
+        "devices": _devices(b, a),
+        "driver_phases": driver,
+        "phase_devices": per_device,
+        "worker_phases": _worker_phases(b, a),
+        "kernels": kernels,
+        "graphs": graphs,
+        **(
+            energy_truth(b, range(cfg.gpus), [device_name(u) for u in b.uuids]) if cfg.power else {}
         ),
     }
 
 
-def ray_ground_truth(b: RayBuilder) -> dict:
-    """Expected metrics of the Ray capture, by brute force over the generated operations."""
-    cfg = b.cfg
-    a = _arrays(b)
-    start, end, kind, gpu = a["start"], a["end"], a["kind"], a["gpu"]
-    n_devices = len(np.unique(gpu))
-    everything = np.ones(len(start), dtype=bool)
-    driver, per_device = [], []
+def _driver_phases(b: RayBuilder, a: dict[str, np.ndarray]) -> tuple[list[dict], list[dict]]:
+    """Window metrics of each driver range, over all GPUs and per physical GPU."""
+    n_devices = len(np.unique(a["gpu"]))
+    everything = np.ones(len(a["start"]), dtype=bool)
+    driver: list[dict] = []
+    per_device: list[dict] = []
     for r in b.driver:
         wall = r.end - r.start
-        m = _metrics(a, r.start, r.end, everything, clip=True)
+        m = phase_metrics(a, r.start, r.end, everything, clip=True)
         head = {"step": r.step, "phase": r.name, "path": r.path}
         driver.append(
             {
@@ -99,8 +96,8 @@ def ray_ground_truth(b: RayBuilder) -> dict:
                 "n_devices": n_devices,
             }
         )
-        for g in range(cfg.gpus):
-            dm = _metrics(a, r.start, r.end, gpu == g, clip=True)
+        for g in range(b.cfg.gpus):
+            dm = phase_metrics(a, r.start, r.end, a["gpu"] == g, clip=True)
             per_device.append(
                 {
                     **head,
@@ -110,9 +107,14 @@ def ray_ground_truth(b: RayBuilder) -> dict:
                     "idle_ns": wall - dm["gpu_busy_ns"],
                 }
             )
-    workers = []
+    return driver, per_device
+
+
+def _worker_phases(b: RayBuilder, a: dict[str, np.ndarray]) -> list[dict]:
+    """Projection metrics of each worker range: the operations launched inside it, whole."""
+    workers: list[dict] = []
     for i, r in enumerate(b.workers):
-        m = _metrics(a, r.start, r.end, a["wr"] == i, clip=False)
+        m = phase_metrics(a, r.start, r.end, a["wr"] == i, clip=False)
         g = b.ops[int(np.flatnonzero(a["wr"] == i)[0])].gpu
         workers.append(
             {
@@ -128,86 +130,20 @@ def ray_ground_truth(b: RayBuilder) -> dict:
                 "n_devices": 1,
             }
         )
-
-    def clipped_total(ranges: list[_Range]) -> int:
-        return sum(
-            int(np.clip(np.minimum(end, r.end) - np.maximum(start, r.start), 0, None).sum())
-            for r in ranges
-        )
-
-    total = int((end - start).sum())
-    in_step = clipped_total([r for r in b.driver if r.name == "step"])
-    kernels: dict[str, dict[str, int]] = {}
-    graphs: dict[str, dict[str, int]] = {}
-    for o in b.ops:
-        if o.kind == "kernel":
-            entry = kernels.setdefault(o.name[1], {"count": 0, "total_ns": 0})
-        elif o.kind == "graph":
-            entry = graphs.setdefault(f"{o.graph[0]}/{o.graph[1]}", {"count": 0, "total_ns": 0})
-        else:
-            continue
-        entry["count"] += 1
-        entry["total_ns"] += o.end - o.start
-    return {
-        "total_gpu_ns": total,
-        **{
-            f"{k}_ns": int((end - start)[kind == k].sum())
-            for k in ("kernel", "memcpy", "memset", "graph")
-        },
-        "nccl_ns": int((end - start)[(kind == "kernel") & a["nccl"]].sum()),
-        "window_attributed_gpu_ns": in_step,
-        "window_in_phase_gpu_ns": clipped_total([r for r in b.driver if r.name != "step"]),
-        "window_unattributed_gpu_ns": total - in_step,
-        "projection_attributed_gpu_ns": int((end - start)[a["wr"] >= 0].sum()),
-        "projection_unattributed_gpu_ns": int((end - start)[a["wr"] < 0].sum()),
-        "n_gpu_ops": len(start),
-        "n_kernels": int((kind == "kernel").sum()),
-        "n_graphs": int((kind == "graph").sum()),
-        "n_steps": cfg.steps,
-        "n_devices": n_devices,
-        "devices": [
-            {
-                "device": device_name(b.uuids[g]),
-                "uuid": b.uuids[g],
-                "bus_location": BUS_LOCATIONS[g],
-                "gpu_index": g,
-                "total_gpu_ns": int((end - start)[gpu == g].sum()),
-                "gpu_busy_ns": _union(start[gpu == g], end[gpu == g]),
-            }
-            for g in range(cfg.gpus)
-        ],
-        "driver_phases": driver,
-        "phase_devices": per_device,
-        "worker_phases": workers,
-        "kernels": kernels,
-        "graphs": graphs,
-        **(_energy_truth(b) if cfg.power else {}),
-    }
+    return workers
 
 
-def _energy_truth(b: RayBuilder) -> dict:
-    """Exact energy per driver range and physical GPU, and totals, from the power model."""
-    gpus = range(b.cfg.gpus)
-    last = int(b.sample_times()[-1])
-    steps = [r for r in b.driver if r.name == "step"]
-    total = sum(b.energy_j(g, 0, last) for g in gpus)
-    in_steps = sum(b.energy_j(g, r.start, r.end) for g in gpus for r in steps)
-    return {
-        "energy": {
-            "idle_power_w": b.cfg.idle_power_w,
-            "total_energy_j": total,
-            "attributed_energy_j": in_steps,
-            "unattributed_energy_j": total - in_steps,
-            "driver_phases": [
-                {
-                    "step": r.step,
-                    "path": r.path,
-                    "energy_j": sum(b.energy_j(g, r.start, r.end) for g in gpus),
-                    "per_device_j": {
-                        device_name(b.uuids[g]): b.energy_j(g, r.start, r.end) for g in gpus
-                    },
-                }
-                for r in b.driver
-            ],
+def _devices(b: RayBuilder, a: dict[str, np.ndarray]) -> list[dict]:
+    """Each physical GPU: its names, its total GPU time and its busy time."""
+    start, end, gpu = a["start"], a["end"], a["gpu"]
+    return [
+        {
+            "device": device_name(b.uuids[g]),
+            "uuid": b.uuids[g],
+            "bus_location": BUS_LOCATIONS[g],
+            "gpu_index": g,
+            "total_gpu_ns": int((end - start)[gpu == g].sum()),
+            "gpu_busy_ns": union(start[gpu == g], end[gpu == g]),
         }
-    }
+        for g in range(b.cfg.gpus)
+    ]
