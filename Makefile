@@ -14,7 +14,7 @@ BASE := $(VENV)/.installed-base
 DEV := $(VENV)/.installed-dev
 TEST := $(VENV)/.installed-test
 
-.PHONY: venv demo figures test lint format profile samples bench clean
+.PHONY: venv demo figures test lint typecheck format profile samples bench gpu-check clean
 
 $(BASE): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,7 @@ figures: $(BASE)
 test: $(TEST)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 ## profile: run WORKLOAD under nsys, export SQLite, print the phase table (needs nsys on PATH)
@@ -69,6 +70,15 @@ profile: $(DEV)
 
 lint: $(DEV)
 	$(BIN)/ruff check .
+
+typecheck: $(DEV)
+	$(BIN)/mypy
+
+## gpu-check: a short torch workload marked with nvtx_phases beside the NVML sampler; checks energy
+##            per phase against the GPU's energy counter and the clock alignment (needs a GPU and
+##            torch; without them it runs a dry check on CPU and says so)
+gpu-check: $(DEV)
+	$(BIN)/python -m checks.gpu_check --out $(OUT)/gpu_check
 
 format: $(DEV)
 	$(BIN)/ruff format .

@@ -25,6 +25,7 @@ __all__ = [
     "PhaseMapError",
     "SavedAnalysisError",
     "TraceReadError",
+    "UnsupportedExport",
     "WorkloadInputError",
 ]
 
@@ -61,7 +62,11 @@ class NotAnNsysExport(AnalysisError):
         return (type(self), (self.path,))
 
 
-class MissingColumns(AnalysisError):
+class UnsupportedExport(AnalysisError):
+    """An nsys export whose layout this version does not know (please report it)."""
+
+
+class MissingColumns(UnsupportedExport):
     """A table exists but lacks columns this tool needs (an unknown nsys schema variant)."""
 
     def __init__(self, path: str, table: str, columns: list[str]) -> None:
@@ -112,3 +117,18 @@ class MissingDependency(AnalysisError):
 #: Everything the CLI reports as one line and exit 2: the analysis side's errors and the capture
 #: side's (``nvtx_phases.errors``, stdlib only, so importing it here costs nothing).
 USER_ERRORS: tuple[type[Exception], ...] = (AnalysisError, CaptureError)
+
+
+def one_line(text: str) -> str:
+    """``text`` with its lines joined by single spaces: every message is one line."""
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def describe_error(exc: BaseException) -> str:
+    """The one-line message for an error the user can fix (an ``OSError`` names its path first)."""
+    if isinstance(exc, OSError) and exc.filename is not None:
+        where = str(exc.filename)
+        if exc.filename2 is not None:
+            where += f" -> {exc.filename2}"
+        return one_line(f"{where}: {exc.strerror or exc}")
+    return one_line(str(exc)) or type(exc).__name__

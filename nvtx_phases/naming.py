@@ -110,3 +110,34 @@ DEFAULT_COLOR = 0xFF999999
 def phase_color(name: str) -> int:
     """ARGB color of a phase (a fixed grey for names without one)."""
     return PHASE_COLORS.get(name, DEFAULT_COLOR)
+
+
+#: Message prefix of the NVTX marks the power sampler emits so the analysis can map its clock
+#: onto the trace's (:func:`clock_mark_text` writes them, :data:`CLOCK_MARK_PATTERN` reads them).
+CLOCK_MARK = "nvtx_phases.power_clock"
+#: Regular expression with two groups (``mono_ns``, ``wall_ns``) matching a clock mark.
+CLOCK_MARK_PATTERN = r"nvtx_phases\.power_clock mono_ns=(\d+) wall_ns=(\d+)"
+
+
+def clock_mark_text(mono_ns: int, wall_ns: int) -> str:
+    """The NVTX mark message that carries the sampler's clock reading."""
+    return f"{CLOCK_MARK} mono_ns={mono_ns} wall_ns={wall_ns}"
+
+
+#: Columns of the power sampler's Parquet, in order (``uuid`` and later are absent from files of
+#: older samplers).
+SAMPLER_COLUMNS = (
+    "host",
+    "pid",
+    "device",
+    "uuid",
+    "wall_ns",
+    "mono_ns",
+    "power_w",
+    "energy_mj",
+    "sm_clock_mhz",
+    "gpu_util_pct",
+    "mem_util_pct",
+)
+#: The sampler columns every power file must have.
+REQUIRED_SAMPLER_COLUMNS = ("host", "pid", "device", "wall_ns", "mono_ns", "power_w", "energy_mj")

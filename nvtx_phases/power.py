@@ -33,28 +33,11 @@ from typing import Any
 
 import nvtx
 
-from nvtx_phases.naming import DOMAIN
+from nvtx_phases.naming import DOMAIN, SAMPLER_COLUMNS, clock_mark_text
 
 log = logging.getLogger(__name__)
-CLOCK_MARK = "nvtx_phases.power_clock"
-COLUMNS = (
-    "host",
-    "pid",
-    "device",
-    "uuid",
-    "wall_ns",
-    "mono_ns",
-    "power_w",
-    "energy_mj",
-    "sm_clock_mhz",
-    "gpu_util_pct",
-    "mem_util_pct",
-)
-
-
-def clock_mark_text(mono_ns: int, wall_ns: int) -> str:
-    """The NVTX mark message that carries the sampler's clock reading."""
-    return f"{CLOCK_MARK} mono_ns={mono_ns} wall_ns={wall_ns}"
+#: Columns of the sampler's Parquet (defined with the naming convention the analysis reads).
+COLUMNS = SAMPLER_COLUMNS
 
 
 def emit_clock_mark() -> tuple[int, int]:

@@ -5,11 +5,19 @@ Named uniquely (not ``tests.…``): VeRL 0.9.1 installs a top-level ``tests`` pa
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
+import polars as pl
 import pytest
+
+from analysis.attribute.buckets import Bucket, attribute_buckets
+from analysis.attribute.phase_map import PhaseMap
+from analysis.model import THREAD, Analysis, RunSummary
+from analysis.normalize.launches import CallIndex, duplicate_warning, orphan_warning
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "traces_sample"
@@ -50,9 +58,93 @@ def assert_same_analysis(a, b, *, ignore_summary: tuple[str, ...] = ()) -> None:
     assert a.phase_devices.equals(b.phase_devices)
     assert a.kernels.equals(b.kernels)
     assert a.steps.equals(b.steps)
-    assert a.gpu_activity.equals(b.gpu_activity.lazy().collect().sort("op_id"))
+    assert a.gpu_activity.collect().equals(b.gpu_activity.collect().sort("op_id"))
 
-    def kept(summary: dict) -> dict:
-        return {k: v for k, v in summary.items() if k not in ignore_summary}
+    def kept(summary: RunSummary) -> dict:
+        return {k: v for k, v in summary.to_dict().items() if k not in ignore_summary}
 
     assert kept(a.summary) == kept(b.summary)
+
+
+def link_launches(
+    ops: pl.DataFrame, runtime: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
+    """Each operation joined to its runtime call, as the loader does per file (for tests on frames).
+
+    Returns the linked operations, the (trace, gtid) threads that launched any, and warnings.
+    """
+    linked: list[pl.DataFrame] = []
+    n_duplicated = 0
+    for (trace,), calls in runtime.partition_by("trace", as_dict=True).items():
+        index = CallIndex.build(calls)
+        n_duplicated += index.n_duplicated
+        linked.append(index.link(ops.filter(pl.col("trace") == trace)))
+    traces = runtime["trace"].unique().implode()
+    linked.append(CallIndex.empty().link(ops.filter(~pl.col("trace").is_in(traces))))
+    frame = pl.concat(linked).sort("op_id") if ops.height else CallIndex.empty().link(ops)
+    warnings = duplicate_warning(n_duplicated) + orphan_warning(
+        frame["gtid"].null_count(), frame.height, runtime.height
+    )
+    threads = frame.filter(pl.col("gtid").is_not_null()).select(THREAD).unique()
+    return frame, threads, warnings
+
+
+def attribute_run(
+    ranges: pl.DataFrame,
+    ops: pl.DataFrame,
+    runtime: pl.DataFrame,
+    phase_map: PhaseMap,
+    *,
+    edges: Sequence[int] = (),
+) -> Analysis:
+    """The attribution core on in-memory frames of a whole run (one clock, no files).
+
+    ``ops`` need an ``op_id`` column. ``edges``: bucket the operations at these instants
+    (the result must not change).
+    """
+    linked, threads, warnings = link_launches(ops, runtime)
+    bounds: list[int | None] = [None, *sorted(set(edges)), None]
+    buckets = (
+        Bucket(
+            lo,
+            hi,
+            linked.filter(
+                (pl.col("start_ns") >= lo if lo is not None else pl.lit(True))
+                & (pl.col("start_ns") < hi if hi is not None else pl.lit(True))
+            ),
+        )
+        for lo, hi in itertools.pairwise(bounds)
+    )
+    done = attribute_buckets(
+        ranges,
+        threads,
+        sorted(linked["device"].drop_nulls().unique().to_list()),
+        buckets,
+        phase_map,
+        launch_warnings=warnings,
+    )
+    summary = RunSummary(
+        gpu=done.gpu,
+        window_timeline=done.window_timeline,
+        n_phase_ranges=done.n_phase_ranges,
+        n_devices=done.n_devices,
+        n_steps=done.steps.height,
+        energy=done.energy,
+        gpus=[],
+        driver_versions=[],
+        traces=[],
+        missing_tables=[],
+        devices=[],
+        n_ranges=ranges.height,
+        n_buckets=1,  # the edges are a test device, not the pipeline's bucketing
+        power_files=[],
+        warnings=done.warnings,
+    )
+    return Analysis(
+        phases=done.phases,
+        phase_devices=done.phase_devices,
+        gpu_activity=done.gpu_activity,
+        kernels=done.kernels,
+        steps=done.steps,
+        summary=summary,
+    )

@@ -81,9 +81,16 @@ def test_missing_tables_are_reported_and_analysis_goes_on(tmp_path, small_run):
         con.execute("DROP TABLE NVTX_EVENTS")
         con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME")
     result = analyze([gpu_only])
-    assert result.summary["missing_tables"] == ["CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"]
-    assert result.summary["attributed_gpu_ns"] == 0
-    assert result.summary["unattributed_gpu_ns"] == result.summary["total_gpu_ns"] > 0
+    assert result.summary.to_dict()["missing_tables"] == [
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+        "NVTX_EVENTS",
+    ]
+    assert result.summary.to_dict()["attributed_gpu_ns"] == 0
+    assert (
+        result.summary.to_dict()["unattributed_gpu_ns"]
+        == result.summary.to_dict()["total_gpu_ns"]
+        > 0
+    )
     assert any(
         "no NVTX_EVENTS, CUPTI_ACTIVITY_KIND_RUNTIME (not captured)" in w for w in result.warnings
     )
@@ -119,7 +126,7 @@ def test_duplicate_correlation_ids_are_warned(tmp_path, small_run):
         )
     result = analyze([dup])
     assert "3 correlationId(s) appear on more than one CUDA API call" in " ".join(result.warnings)
-    total = result.summary
+    total = result.summary.to_dict()
     assert (
         total["projection_attributed_gpu_ns"] + total["projection_unattributed_gpu_ns"]
         == total["total_gpu_ns"]

@@ -19,22 +19,20 @@ from analysis.run.pipeline import analyze, bucket_edges
 )
 def test_spilled_buckets_equal_one_pass(paths, tmp_path):
     whole = analyze(paths)
-    assert whole.summary["n_buckets"] == 1
-    assert isinstance(whole.gpu_activity, pl.DataFrame)
+    assert whole.summary.to_dict()["n_buckets"] == 1
+    assert whole.workdir is None  # held in memory: nothing to clean up
     bucketed = analyze(paths, chunk_ops=300, spill_dir=tmp_path)
-    n_ops = whole.summary["n_gpu_ops"]
-    assert bucketed.summary["n_buckets"] == -(-n_ops // 300)
-    assert isinstance(bucketed.gpu_activity, pl.LazyFrame)
+    n_ops = whole.summary.to_dict()["n_gpu_ops"]
+    assert bucketed.summary.to_dict()["n_buckets"] == -(-n_ops // 300)
+    assert bucketed.workdir is not None and bucketed.workdir.parent == tmp_path
     assert_same_analysis(whole, bucketed, ignore_summary=("n_buckets",))
-    if whole.summary["power_source"]:
-        assert whole.summary["idle_power_w"] == bucketed.summary["idle_power_w"]
-    # spilled operations are gone once analyze returns; the activity parts live with the result
+    if whole.summary.to_dict()["power_source"]:
+        assert whole.summary.to_dict()["idle_power_w"] == bucketed.summary.to_dict()["idle_power_w"]
+    # spilled operations are gone once analyze returns; the activity parts live until close()
     assert [p.name for p in tmp_path.iterdir()] == [next(tmp_path.iterdir()).name]
     assert not list(tmp_path.glob("*/ops"))
-    del bucketed
-    import gc
-
-    gc.collect()
+    with bucketed:
+        assert bucketed.gpu_activity.select(pl.len()).collect().item() == n_ops
     assert list(tmp_path.iterdir()) == []
 
 
@@ -52,5 +50,5 @@ def test_bucket_edges_split_the_sample_into_equal_counts():
 def test_spilled_reads_in_a_process_pool_equal_one_pass(tmp_path):
     whole = analyze(SPLIT_SAMPLE)
     pooled = analyze(SPLIT_SAMPLE, jobs=3, engine="process", chunk_ops=300, spill_dir=tmp_path)
-    assert pooled.summary["n_buckets"] > 1
+    assert pooled.summary.to_dict()["n_buckets"] > 1
     assert_same_analysis(whole, pooled, ignore_summary=("n_buckets",))

@@ -138,7 +138,7 @@ def test_two_processes_each_keep_their_own_steps(ranks_export: Path) -> None:
     check_ranks(result.phases, result.steps)
     # steps of different processes overlap in time: normal, not warned; the only warning is
     # that the capture has no GPU tables
-    assert only_missing_gpu_tables(result.summary["warnings"], ranks_export)
+    assert only_missing_gpu_tables(result.summary.to_dict()["warnings"], ranks_export)
 
 
 def test_two_processes_through_the_cli(ranks_export: Path, tmp_path: Path) -> None:
@@ -234,4 +234,4 @@ def test_verl_builtin_profiler_names_are_phases_per_step(verl_export: Path) -> N
             )
             assert outer["start_ns"][0] < inner["start_ns"][0] < inner["end_ns"][0]
             assert inner["end_ns"][0] < outer["end_ns"][0], (name, step)
-    assert only_missing_gpu_tables(result.summary["warnings"], verl_export)
+    assert only_missing_gpu_tables(result.summary.to_dict()["warnings"], verl_export)

@@ -122,3 +122,38 @@ def test_every_command_has_help():
         result = runner.invoke(app, [name, "--help"])
         assert result.exit_code == 0, name
         assert "Usage" in result.output
+
+
+def test_help_imports_neither_polars_nor_matplotlib():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom analysis.cli import main\nsys.argv = ['nvtx-phases', '--help']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('polars', 'matplotlib'))\n"
+        "print('HEAVY', heavy)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "HEAVY []"
+
+
+def test_jobs_read_a_run_from_its_folder_or_its_traces(tmp_path):
+    from analysis.jobs import Reporter, analysis_folder, analyze_to, open_run
+
+    trace = SAMPLES / "grpo_synthetic.sqlite"
+    stages: list[str] = []
+    with analyze_to([trace], tmp_path, figures=False, power_files=[]) as done:
+        assert {p.name for p in done.written} >= {"phases.parquet", "summary.json"}
+        phases = done.analysis.phases
+    assert analysis_folder([tmp_path]) == tmp_path
+    assert analysis_folder([trace]) is None
+    assert analysis_folder([tmp_path, tmp_path]) is None  # two inputs: traces, never a folder
+    reporter = Reporter(stage=stages.append)
+    with open_run([tmp_path], reporter=reporter) as saved:  # read back: nothing to analyze
+        assert saved.phases.equals(phases)
+    assert stages == []
+    with open_run([trace], label="again", reporter=reporter) as again:
+        assert again.summary.gpu.total_gpu_ns == 257_892_636
+    assert stages == ["analyzing again…"]

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from analysis.attribute.hierarchy import build_hierarchy
 from analysis.attribute.phase_map import default_phase_map
 from analysis.cli import app
+from analysis.energy import balance, samples
 from analysis.energy import phases as energy
 from analysis.energy.samples import PowerData, align, cumulative_energy, load_samples
 from analysis.run.load import load_trace
@@ -47,7 +48,7 @@ def test_energy_per_phase_within_one_percent_and_conserved(run):
     rows = _against_truth(result, truth)
     assert rows.height == 3 * 8
     assert rows["rel_error"].max() < 0.01
-    s = result.summary
+    s = result.summary.to_dict()
     assert s["power_source"] == "nvml-counter"
     # the counter is read in whole mJ: totals agree to well under a mJ per sample read
     assert s["total_energy_j"] == pytest.approx(truth["total_energy_j"], abs=0.002)
@@ -59,7 +60,7 @@ def test_energy_per_phase_within_one_percent_and_conserved(run):
 
 def test_clock_marks_recover_the_sampler_clock_offset(run):
     _, result, _ = run
-    (alignment,) = result.summary["power_alignment"]
+    (alignment,) = result.summary.to_dict()["power_alignment"]
     assert alignment["method"] == "clock marks"
     assert alignment["offset_ns"] == -CFG.power_mono_offset_ns
     assert alignment["spread_ns"] == 0
@@ -68,7 +69,7 @@ def test_clock_marks_recover_the_sampler_clock_offset(run):
 
 def test_idle_baseline_above_idle_and_transition_energy(run):
     _, result, _ = run
-    assert result.summary["idle_power_w"] == {"run:0": 90.0, "run:1": 90.0}
+    assert result.summary.to_dict()["idle_power_w"] == {"run:0": 90.0, "run:1": 90.0}
     window = result.phases.filter(pl.col("attribution") == "window")
     expected_above = window["energy_j"] - 90.0 * 2 * window["wall_ns"] / 1e9
     assert (window["energy_above_idle_j"] - expected_above).abs().max() < 1e-9
@@ -119,7 +120,7 @@ def test_power_only_samples_use_trapezoids(run, tmp_path):
         tmp_path / "run.power.parquet"
     )
     result = analyze([copy])
-    assert result.summary["power_source"] == "nvml-power"
+    assert result.summary.to_dict()["power_source"] == "nvml-power"
     # instantaneous samples miss each power step by up to ΔP·Δt/2 (~0.5% of a 40-sample phase);
     # with 100+ samples a phase is within 1%
     rows = _against_truth(result, truth).filter(pl.col("energy_samples") >= 100)
@@ -147,7 +148,7 @@ def test_without_clock_marks_wall_clock_alignment_is_warned(run, tmp_path):
     with sqlite3.connect(copy) as con:
         con.execute("DELETE FROM NVTX_EVENTS WHERE eventType = 34")
     result = analyze([copy])
-    assert result.summary["power_alignment"][0]["method"] == "wall clock"
+    assert result.summary.to_dict()["power_alignment"][0]["method"] == "wall clock"
     assert any("no clock marks in the traces; aligned by wall clock" in w for w in result.warnings)
 
 
@@ -155,7 +156,7 @@ def test_without_power_energy_is_null_not_zero(run):
     path, _, _ = run
     result = analyze([path], power_files=[])
     assert result.phases["energy_j"].null_count() == result.phases.height
-    assert result.summary["power_source"] is None
+    assert result.summary.to_dict()["power_source"] is None
 
 
 def test_report_and_compare(run, tmp_path):
@@ -243,7 +244,7 @@ def sample():
 def test_balance_parts_are_measured_independently_and_agree(sample):
     phases, power, _ = sample
     driver = phases.filter(pl.col("attribution") == "window")
-    summary, warnings = energy.energy_balance(power, driver)
+    summary, warnings = balance.energy_balance(power, driver)
     assert warnings == []
     # counters in whole mJ: (68111 + 64175) mJ over the sampled span
     assert summary["total_energy_j"] == pytest.approx(132.286, abs=1e-9)
@@ -301,7 +302,7 @@ def ranges(*rows: tuple) -> pl.DataFrame:
 def test_overlapping_phases_break_the_balance_with_a_warning():
     power = power_100w("g:0")
     nested = ranges((1, None, 0.5, 3.5), (2, 1, 1, 2))
-    summary, warnings = energy.energy_balance(power, nested)
+    summary, warnings = balance.energy_balance(power, nested)
     assert summary == {
         "total_energy_j": 400.0,
         "attributed_energy_j": 300.0,
@@ -312,7 +313,7 @@ def test_overlapping_phases_break_the_balance_with_a_warning():
     assert warnings == []
     # a range of another thread overlapping both: its second is counted twice
     overlapping = pl.concat([nested, ranges((3, None, 1.5, 2.5))])
-    summary, warnings = energy.energy_balance(power, overlapping)
+    summary, warnings = balance.energy_balance(power, overlapping)
     assert (summary["attributed_energy_j"], summary["unattributed_energy_j"]) == (400.0, 100.0)
     assert (summary["energy_conserved"], summary["energy_balance_j"]) == (False, 100.0)
     assert warnings == [
@@ -333,7 +334,7 @@ def test_exclusive_intervals_clip_children_to_their_parent():
         (6, None, 200, 300),
         (7, 6, 200, 300),  # covers its parent
     )
-    got = energy.exclusive_intervals(frame).with_columns(
+    got = balance.exclusive_intervals(frame).with_columns(
         (pl.col("start_ns") // 1_000_000_000), (pl.col("end_ns") // 1_000_000_000)
     )
     assert got.rows() == [
@@ -356,14 +357,14 @@ def test_sample_faults_find_interleaved_series_and_counter_resets():
             {"device": "g:0", "t_ns": t, "power_w": w or [100.0] * len(t), "cum_j": j}
         )
 
-    assert energy.sample_faults(cum([0, 1, 2, 3], [0.0, 1.0, 2.0, 3.0])) == {}
+    assert samples.sample_faults(cum([0, 1, 2, 3], [0.0, 1.0, 2.0, 3.0])) == {}
     # a sampler writing one row twice is not two series
-    assert energy.sample_faults(cum([0, 1, 1, 2], [0.0, 1.0, 1.0, 2.0])) == {}
-    assert energy.sample_faults(cum([0, 1, 2, 3, 4], [0.0, 5.0, 10.0, 2.0, 7.0])) == {
+    assert samples.sample_faults(cum([0, 1, 1, 2], [0.0, 1.0, 1.0, 2.0])) == {}
+    assert samples.sample_faults(cum([0, 1, 2, 3, 4], [0.0, 5.0, 10.0, 2.0, 7.0])) == {
         "g:0": "its cumulative energy falls 1 time(s)"
     }
     two = cum([0, 0, 1, 1, 2, 2], [0.0, 0.0, 1.0, 3.0, 2.0, 6.0])
-    assert energy.sample_faults(two) == {
+    assert samples.sample_faults(two) == {
         "g:0": "2 instants with conflicting readings; its cumulative energy falls 1 time(s)"
     }
 
@@ -393,7 +394,7 @@ def test_two_runs_samples_interleaved_are_errors_and_null(sample):
         )
         # the raw energies that came out negative are named, phase by phase
         assert " phase range(s) came out negative: grpo_synthetic pid 1000 step " in warning
-    assert energy.energy_balance(mixed, phases.filter(pl.col("pid") == DRIVER_PID)) == (
+    assert balance.energy_balance(mixed, phases.filter(pl.col("pid") == DRIVER_PID)) == (
         dict.fromkeys(
             (
                 "total_energy_j",
@@ -447,7 +448,7 @@ def test_two_samplers_of_one_identity_in_two_files_stay_apart():
     # one sampler's series per GPU: the one with the most samples (1983 vs 1980)
     counts = power.samples.group_by("device").len().sort("device")
     assert counts.rows() == [("grpo_synthetic:0", 1983), ("grpo_synthetic:1", 1983)]
-    assert energy.sample_faults(cumulative_energy(power)) == {}
+    assert samples.sample_faults(cumulative_energy(power)) == {}
 
 
 # --- through analyze (needs energy_balance and PhaseEnergy.warnings wired in) -------------------
@@ -455,7 +456,7 @@ def test_two_samplers_of_one_identity_in_two_files_stay_apart():
 
 def test_analyze_reports_the_independent_balance():
     result = analyze([SAMPLE])
-    s = result.summary
+    s = result.summary.to_dict()
     assert s["total_energy_j"] == pytest.approx(132.286, abs=1e-9)
     assert s["attributed_energy_j"] == pytest.approx(130.4954086, abs=1e-9)
     assert s["unattributed_energy_j"] == pytest.approx(1.7905914, abs=1e-9)
@@ -470,7 +471,7 @@ def test_two_runs_forced_together_never_give_negative_energy():
         for column in ("energy_j", "avg_power_w", "gap_energy_j", "peak_power_w"):
             if column in frame.columns:
                 assert frame.filter(pl.col(column) < 0).height == 0, column
-    s = result.summary
+    s = result.summary.to_dict()
     # one sampler's counters (grpo_synthetic's, the most samples) for both runs' phases
     assert s["total_energy_j"] == pytest.approx(132.286, abs=1e-9)
     # both runs' driver timelines lie on the same clock: their phases overlap, counted twice

@@ -58,7 +58,7 @@ def test_busy_accumulator_carries_intervals_across_buckets():
 
 
 def test_busy_blocks_merge_gaps_below_the_threshold():
-    from analysis.energy.samples import busy_blocks
+    from analysis.energy.idle import busy_blocks
 
     ops = pl.DataFrame(
         {"device": ["g"] * 4, "start_ns": [0, 10, 14, 40], "end_ns": [10, 12, 20, 50]}

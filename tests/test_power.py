@@ -4,7 +4,8 @@ import logging
 
 import polars as pl
 
-from nvtx_phases.power import CLOCK_MARK, PowerSampler, clock_mark_text
+from nvtx_phases.naming import CLOCK_MARK, clock_mark_text
+from nvtx_phases.power import PowerSampler
 
 
 def test_without_nvml_it_says_so_once_and_records_nothing(caplog, tmp_path):

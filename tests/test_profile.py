@@ -11,8 +11,8 @@ from analysis.attribute.phase_map import default_phase_map
 from analysis.cli import app
 from analysis.normalize.events import nvtx_ranges
 from analysis.read.export import read_export
+from nvtx_phases.naming import CLOCK_MARK
 from nvtx_phases.nsys import Nsys, ProfileOptions, find_nsys, profile_args
-from nvtx_phases.power import CLOCK_MARK
 from nvtx_phases.workload import expected_paths
 
 runner = CliRunner()

@@ -25,17 +25,17 @@ def ray_run(tmp_path_factory):
 def test_gpus_are_physical_gpus(ray_run):
     result, truth = ray_run
     assert truth["n_devices"] == 2  # 4 GPU processes, 2 GPUs, all device 0
-    assert result.summary["n_devices"] == 2
-    assert [d["device"] for d in result.summary["devices"]] == [
+    assert result.summary.to_dict()["n_devices"] == 2
+    assert [d["device"] for d in result.summary.to_dict()["devices"]] == [
         d["device"] for d in truth["devices"]
     ]
-    assert [len(d["traces"]) for d in result.summary["devices"]] == [2, 2]
-    assert {d["identity"] for d in result.summary["devices"]} == {"uuid"}
+    assert [len(d["traces"]) for d in result.summary.to_dict()["devices"]] == [2, 2]
+    assert {d["identity"] for d in result.summary.to_dict()["devices"]} == {"uuid"}
 
 
 def test_totals_include_graph_time(ray_run):
     result, truth = ray_run
-    s = result.summary
+    s = result.summary.to_dict()
     for key in ("total_gpu_ns", "kernel_ns", "nccl_ns", "memcpy_ns", "memset_ns", "graph_ns"):
         assert s[key] == truth[key], key
     assert (s["n_kernels"], s["n_graphs"]) == (truth["n_kernels"], truth["n_graphs"])
@@ -73,5 +73,8 @@ def test_conservation_from_the_phase_table(ray_run):
     result, _ = ray_run
     top = result.phases.filter((pl.col("attribution") == "window") & (pl.col("level") == 0))
     in_steps = sum(top[c].sum() for c in ("kernel_ns", "memcpy_ns", "memset_ns", "graph_ns"))
-    assert in_steps + result.summary["unattributed_gpu_ns"] == result.summary["total_gpu_ns"]
-    assert result.summary["gpu_time_conserved"] is True
+    assert (
+        in_steps + result.summary.to_dict()["unattributed_gpu_ns"]
+        == result.summary.to_dict()["total_gpu_ns"]
+    )
+    assert result.summary.to_dict()["gpu_time_conserved"] is True

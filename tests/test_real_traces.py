@@ -35,16 +35,16 @@ def test_cpu_exports_steps_nesting_and_missing_tables(name, version):
     assert raw.missing_tables == NO_GPU_TABLES
     result = analyze([path])
     phases = result.phases
-    assert result.summary["n_steps"] == 3
+    assert result.summary.to_dict()["n_steps"] == 3
     assert phases.select("step", "path", "level", "attribution", "domain").rows() == [
         (step, path, level, "window", "verl")
         for step in (0, 1, 2)
         for path, level in (("step", 0), ("step/gen", 1), ("step/update_actor", 1))
     ]
-    assert result.summary["total_gpu_ns"] == 0
-    assert result.summary["missing_tables"] == sorted(NO_GPU_TABLES)
+    assert result.summary.to_dict()["total_gpu_ns"] == 0
+    assert result.summary.to_dict()["missing_tables"] == sorted(NO_GPU_TABLES)
     # every NVTX range is read: 3 × (step, gen, update_actor, push/pop, start/end)
-    assert result.summary["n_ranges"] == 15
+    assert result.summary.to_dict()["n_ranges"] == 15
     everything = analyze([path], phase_map=default_phase_map().with_all_ranges()).phases
     counts = everything.group_by("path").agg(pl.col("n_ranges").sum())
     assert dict(counts.rows()) == {
@@ -82,13 +82,13 @@ def test_gpu_exports_conserve_gpu_time_to_the_ns(
     name, total_ns, n_kernels, n_nccl, memcpy_bytes, n_devices
 ):
     result = analyze([shared_trace(name)], phase_map=default_phase_map().with_all_ranges())
-    s = result.summary
+    s = result.summary.to_dict()
     assert s["total_gpu_ns"] == total_ns
     assert s["attributed_gpu_ns"] + s["unattributed_gpu_ns"] == total_ns
     assert s["projection_attributed_gpu_ns"] + s["projection_unattributed_gpu_ns"] == total_ns
     assert s["n_kernels"] == n_kernels
     assert s["n_devices"] == n_devices
-    assert int((result.gpu_activity["op_class"] == "nccl").sum()) == n_nccl
+    assert int((result.gpu_activity.collect()["op_class"] == "nccl").sum()) == n_nccl
     if memcpy_bytes is not None:
         assert s["memcpy_bytes"] == memcpy_bytes
     assert result.kernels["count"].sum() == n_kernels
@@ -96,12 +96,13 @@ def test_gpu_exports_conserve_gpu_time_to_the_ns(
 
 def test_export_without_nvtx_puts_everything_in_unattributed():
     result = analyze([shared_trace("pipit_cloverleaf_4xA100_nsys2024.5.sqlite")])
-    s = result.summary
+    s = result.summary.to_dict()
     assert s["missing_tables"] == ["CUPTI_ACTIVITY_KIND_MEMSET", "NVTX_EVENTS"]
     assert s["attributed_gpu_ns"] == 0
     assert s["unattributed_gpu_ns"] == 303_795_463
     assert result.phases.height == 0
-    assert result.gpu_activity["window_path"].null_count() == result.gpu_activity.height
+    activity = result.gpu_activity.collect()
+    assert activity["window_path"].null_count() == activity.height
 
 
 def test_cut_trace_reports_kernels_without_launch_calls():

@@ -63,7 +63,7 @@ def test_worker_phases_equal_ground_truth(combined):
 
 def test_conservation_and_totals(combined):
     result, truth = combined
-    s = result.summary
+    s = result.summary.to_dict()
     assert s["total_gpu_ns"] == truth["total_gpu_ns"]
     assert s["attributed_gpu_ns"] == truth["window_attributed_gpu_ns"]
     assert s["unattributed_gpu_ns"] == truth["window_unattributed_gpu_ns"] == 3 * 4 * 100_000
@@ -72,7 +72,7 @@ def test_conservation_and_totals(combined):
     assert s["n_gpu_ops"] == truth["n_gpu_ops"]
     assert s["n_steps"] == 3
     # gpu_activity: every op once; window pieces per op sum back to the op
-    activity = result.gpu_activity
+    activity = result.gpu_activity.collect()
     assert activity.height == truth["n_gpu_ops"]
     assert activity["dur_ns"].sum() == truth["total_gpu_ns"]
     # the deliberately straddling generation kernels (rank 0, one per step) are split
@@ -111,22 +111,22 @@ def test_split_files_with_clock_offsets_equal_the_combined_file(tmp_path):
     one = analyze(generate(tmp_path / "one.sqlite", cfg))
     split_paths = generate(tmp_path / "split", SynthConfig(**{**cfg.__dict__, "split_files": True}))
     many = analyze(split_paths)
-    offsets = [t["clock_offset_ns"] for t in many.summary["traces"]]
+    offsets = [t["clock_offset_ns"] for t in many.summary.to_dict()["traces"]]
     assert offsets == [0, 3_000_000, 6_000_000]
     cols = ["pid", "step", "path", "attribution", "start_ns", *METRICS]
     assert_frame_equal(
         many.phases.select(cols).sort("pid", "step", "path"),
         one.phases.select(cols).sort("pid", "step", "path"),
     )
-    assert many.summary["attributed_gpu_ns"] == one.summary["attributed_gpu_ns"]
+    assert many.summary.to_dict()["attributed_gpu_ns"] == one.summary.to_dict()["attributed_gpu_ns"]
 
 
 def test_bundled_sample_matches_its_ground_truth_and_is_reproducible(tmp_path):
     sample = SAMPLES / "grpo_synthetic.sqlite"
     truth = json.loads((SAMPLES / "grpo_synthetic.ground_truth.json").read_text())
     result = analyze([sample])
-    assert result.summary["total_gpu_ns"] == truth["total_gpu_ns"] == 257_892_636
-    assert result.summary["attributed_gpu_ns"] == truth["window_attributed_gpu_ns"]
+    assert result.summary.to_dict()["total_gpu_ns"] == truth["total_gpu_ns"] == 257_892_636
+    assert result.summary.to_dict()["attributed_gpu_ns"] == truth["window_attributed_gpu_ns"]
     generate(tmp_path / "again.sqlite", SynthConfig(**truth["config"]))
     again = json.loads((tmp_path / "again.ground_truth.json").read_text())
     assert again == truth

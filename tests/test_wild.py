@@ -57,7 +57,7 @@ def test_totals_equal_plain_sql(name):
     _require_corpus()
     truth = TRUTH[name]
     result = analyze([WILD / name], power_files=[])
-    s = result.summary
+    s = result.summary.to_dict()
     # graph executions would count in total_gpu_ns too; no file of this corpus has that table
     assert s["n_graphs"] == 0
     assert (s["kernel_ns"], s["memcpy_ns"], s["memset_ns"], s["total_gpu_ns"], s["n_kernels"]) == (
@@ -88,10 +88,10 @@ def test_old_export_without_metadata_says_version_unknown():
     """nsys 2021: no metadata table, no session start, TARGET_INFO_GPU keyed by deviceId."""
     _require_corpus()
     result = analyze([WILD / "martisu1631998__kmeans-parallel__report2.sqlite"], power_files=[])
-    assert result.summary["traces"][0]["nsys_version"] == "unknown"
+    assert result.summary.to_dict()["traces"][0]["nsys_version"] == "unknown"
     assert any("nsys version unknown" in w for w in result.warnings)
     # its GPU is named by its bus location (that old TARGET_INFO_GPU has no UUID column)
-    assert [d["device"] for d in result.summary["devices"]] == [
+    assert [d["device"] for d in result.summary.to_dict()["devices"]] == [
         "martisu1631998__kmeans-parallel__report2/0000:02:00.0"
     ]
 
@@ -100,5 +100,5 @@ def test_non_utf8_text_is_decoded_not_fatal():
     """Binary device info in TARGET_INFO_SYSTEM_ENV crashed the Arrow → Polars conversion."""
     _require_corpus()
     result = analyze([WILD / "kamalchowdhury326__HW5_helper__report1.sqlite"], power_files=[])
-    assert result.summary["n_kernels"] == 505
-    assert [d["identity"] for d in result.summary["devices"]] == ["uuid"]
+    assert result.summary.to_dict()["n_kernels"] == 505
+    assert [d["identity"] for d in result.summary.to_dict()["devices"]] == ["uuid"]

@@ -17,7 +17,8 @@ from __future__ import annotations
 import polars as pl
 
 GROUP_KEYS = ["trace", "pid", "step", "path", "phase", "attribution"]
-METRICS = [
+#: Per-operation sums every range carries (the phase table also has busy, idle and wall time).
+SUMMED_METRICS = [
     "kernel_ns",
     "nccl_ns",
     "memcpy_ns",
@@ -124,7 +125,7 @@ def _merge_sums(parts: list[pl.DataFrame], keys: str | list[str]) -> pl.DataFram
     if len(parts) == 1:
         return frame
     return frame.group_by(keys).agg(
-        *(pl.col(m).sum() for m in METRICS),
+        *(pl.col(m).sum() for m in SUMMED_METRICS),
         pl.col("gpu_start_ns").min(),
         pl.col("gpu_end_ns").max(),
     )
@@ -134,7 +135,7 @@ def window_metrics(
     range_segs: pl.DataFrame, seg_dev: pl.DataFrame
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Metrics per (range, device) and per range, summing the segments inside each range."""
-    summed = [pl.col(m).sum() for m in (*METRICS, "gpu_busy_ns")]
+    summed = [pl.col(m).sum() for m in (*SUMMED_METRICS, "gpu_busy_ns")]
     per_device = (
         range_segs.join(seg_dev, on="seg", how="inner")
         .group_by("rid", "device")
@@ -150,7 +151,9 @@ def phase_table(phases: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
     """One row per (trace, pid, step, path, phase, attribution), instances of a path summed."""
     rows = (
         phases.join(metrics, on="rid", how="left")
-        .with_columns([pl.col(m).fill_null(0) for m in (*METRICS, "gpu_busy_ns", "n_devices")])
+        .with_columns(
+            [pl.col(m).fill_null(0) for m in (*SUMMED_METRICS, "gpu_busy_ns", "n_devices")]
+        )
         .with_columns(
             (pl.col("end_ns") - pl.col("start_ns")).alias("wall_ns"),
             pl.col("name").alias("phase"),
@@ -172,7 +175,7 @@ def phase_table(phases: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
             pl.col("wall_ns").sum(),
             pl.col("gpu_busy_ns").sum(),
             pl.col("idle_ns").sum(),
-            *(pl.col(m).sum() for m in METRICS),
+            *(pl.col(m).sum() for m in SUMMED_METRICS),
             pl.col("n_devices").max(),
             pl.col("gpu_start_ns").min(),
             pl.col("gpu_end_ns").max(),
@@ -208,7 +211,7 @@ def phase_table(phases: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
         "wall_ns",
         "gpu_busy_ns",
         "idle_ns",
-        *METRICS,
+        *SUMMED_METRICS,
         "n_devices",
         "gpu_start_ns",
         "gpu_end_ns",

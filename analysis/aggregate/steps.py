@@ -9,7 +9,7 @@ from __future__ import annotations
 import polars as pl
 
 #: metric column → (label, unit)
-METRICS: dict[str, tuple[str, str]] = {
+STEP_METRICS: dict[str, tuple[str, str]] = {
     "wall_ms": ("wall time", "ms"),
     "gpu_busy_pct": ("GPU busy", "%"),
     "nccl_ms": ("NCCL kernel time", "ms"),
@@ -22,7 +22,7 @@ METRICS: dict[str, tuple[str, str]] = {
 
 
 def step_phase_metrics(phases: pl.DataFrame) -> pl.DataFrame:
-    """One row per (step, path, attribution) with every metric of :data:`METRICS`."""
+    """One row per (step, path, attribution) with every metric of :data:`STEP_METRICS`."""
     with_energy = pl.col("energy_j").is_not_null().any()
     return (
         phases.filter(pl.col("step").is_not_null())
@@ -51,7 +51,7 @@ def step_phase_metrics(phases: pl.DataFrame) -> pl.DataFrame:
 def over_steps(per_step: pl.DataFrame) -> pl.DataFrame:
     """Per (path, attribution): step count, and median, p10, p90 of each metric."""
     aggs = [pl.len().cast(pl.Int64).alias("n_steps"), pl.col("start_ns").min()]
-    for metric in METRICS:
+    for metric in STEP_METRICS:
         aggs += [
             pl.col(metric).median().alias(metric),
             pl.col(metric).quantile(0.1, "linear").alias(f"{metric}_p10"),

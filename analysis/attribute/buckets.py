@@ -1,6 +1,6 @@
 """Attribute a whole run's GPU operations to its phase ranges, one time bucket at a time.
 
-The pure core of ``analyze``: in-memory frames on one clock in, an :class:`Analysis` out. A run
+The pure core of ``analyze``: in-memory frames on one clock in, an :class:`Attributed` out. A run
 comes as buckets of operations in time order (one bucket when it fits in memory); every
 per-range figure is a sum, min, max or set over operations, except busy time (a union), which
 :class:`~analysis.attribute.intervals.BusyAccumulator` carries across bucket edges, so any bucketing gives
@@ -9,52 +9,30 @@ the single-pass result.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
 from analysis.aggregate import phases as aggregate
+from analysis.aggregate.activity import gpu_activity
+from analysis.aggregate.devices import phase_devices
 from analysis.attribute import operations as attribute
 from analysis.attribute.hierarchy import build_hierarchy
 from analysis.attribute.intervals import BusyAccumulator
 from analysis.attribute.phase_map import PhaseMap
-from analysis.energy import phases as energy
-from analysis.energy.samples import PowerData, busy_blocks, idle_guard_ns
+from analysis.energy.attach import attach_energy
+from analysis.energy.idle import busy_blocks, idle_guard_ns
+from analysis.energy.samples import PowerData
+from analysis.frames import concat_or_empty
+from analysis.model import PROJECTION, THREAD, WINDOW, EnergyTotals, GpuTotals
 from analysis.normalize.events import OPS_SCHEMA
 from analysis.normalize.launches import CALL_COLUMNS
 from analysis.run.spill import write_part
 
-PROJECTION = "projection"
-WINDOW = "window"
 
-
-@dataclass
-class Analysis:
-    """Everything ``analyze`` computes; frames are ready to write."""
-
-    phases: pl.DataFrame
-    phase_devices: pl.DataFrame
-    #: One row per GPU operation; for a run attributed in several buckets, a lazy scan of
-    #: Parquet parts in a temporary folder that lives as long as this object.
-    gpu_activity: pl.DataFrame | pl.LazyFrame
-    kernels: pl.DataFrame
-    steps: pl.DataFrame
-    summary: dict
-    warnings: list[str] = field(default_factory=list)
-    #: Power samples on the run's clock (``device, t_ns, power_w, energy_mj``), if any.
-    power_samples: pl.DataFrame | None = None
-
-
-def concat_or_empty(frames: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
-    """The non-empty ``frames`` stacked, or an empty frame of ``schema`` when there are none."""
-    frames = [f for f in frames if f.height]
-    return pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=schema)
-
-
-@dataclass
+@dataclass(frozen=True)
 class Bucket:
     """The GPU operations (with ``op_id``, linked to launches) starting in ``[lo_ns, hi_ns)``."""
 
@@ -63,45 +41,22 @@ class Bucket:
     ops: pl.DataFrame
 
 
-def attribute_run(
-    ranges: pl.DataFrame,
-    ops: pl.DataFrame,
-    runtime: pl.DataFrame,
-    phase_map: PhaseMap,
-    *,
-    power: PowerData | None = None,
-    idle_power_w: float | None = None,
-    edges: Sequence[int] = (),
-) -> Analysis:
-    """The pure core on in-memory frames of a whole run (one clock) → :class:`Analysis`.
+@dataclass(frozen=True)
+class Attributed:
+    """:func:`attribute_buckets`' result: the tables and totals a :class:`RunSummary` starts from."""
 
-    ``ops`` need an ``op_id`` column. ``edges``: bucket the operations at these instants
-    (for tests: the result must not change).
-    """
-    launches = attribute.link_launches(ops, runtime)
-    linked = launches.ops
-    bounds: list[int | None] = [None, *sorted(set(edges)), None]
-    buckets = (
-        Bucket(
-            lo,
-            hi,
-            linked.filter(
-                (pl.col("start_ns") >= lo if lo is not None else pl.lit(True))
-                & (pl.col("start_ns") < hi if hi is not None else pl.lit(True))
-            ),
-        )
-        for lo, hi in itertools.pairwise(bounds)
-    )
-    return attribute_buckets(
-        ranges,
-        launches.launch_threads,
-        sorted(linked["device"].drop_nulls().unique().to_list()),
-        buckets,
-        phase_map,
-        power=power,
-        idle_power_w=idle_power_w,
-        launch_warnings=launches.warnings,
-    )
+    phases: pl.DataFrame
+    phase_devices: pl.DataFrame
+    gpu_activity: pl.LazyFrame
+    kernels: pl.DataFrame
+    steps: pl.DataFrame
+    gpu: GpuTotals
+    energy: EnergyTotals | None
+    window_timeline: str
+    n_phase_ranges: int
+    n_devices: int
+    warnings: list[str]
+    power_samples: pl.DataFrame | None
 
 
 def attribute_buckets(
@@ -115,128 +70,97 @@ def attribute_buckets(
     idle_power_w: float | None = None,
     launch_warnings: Sequence[str] = (),
     activity_dir: Path | None = None,
-) -> Analysis:
+) -> Attributed:
     """Attribute a run's operations, bucket by bucket in time order, to its phase ranges.
 
     Everything per range is a sum, min, max or set over operations, except busy time (a
-    union), which :class:`~analysis.attribute.intervals.BusyAccumulator` carries across buckets; so the
-    result equals a single pass. ``activity_dir``: write each bucket's per-operation rows
+    union), which :class:`~analysis.attribute.intervals.BusyAccumulator` carries across buckets;
+    so the result equals a single pass. ``activity_dir``: write each bucket's per-operation rows
     there (``gpu_activity`` is then a lazy scan of them) instead of holding them in memory.
     """
     hierarchy = build_hierarchy(ranges, phase_map)
-    phases = hierarchy.phases
-    warnings = [*hierarchy.warnings, *launch_warnings]
-    on_launch_thread = phases.join(
-        launch_threads.with_columns(pl.lit(True).alias("launches")),
-        on=attribute.THREAD,
-        how="left",
-    )["launches"].fill_null(False)
-    phases = phases.with_columns(
-        pl.when(on_launch_thread)
-        .then(pl.lit(PROJECTION))
-        .otherwise(pl.lit(WINDOW))
-        .alias("attribution")
-    )
+    phases = _with_attribution(hierarchy.phases, launch_threads)
     proj_ranges = phases.filter(pl.col("attribution") == PROJECTION)
     window_ranges = phases.filter(pl.col("attribution") == WINDOW)
     timeline = window_ranges if window_ranges.height else phases
-    timeline_source = "driver" if window_ranges.height else "all"
     boundaries, innermost = attribute.window_layout(timeline)
 
     sums = _RunSums(devices, activity_dir, power)
     for bucket in buckets:
         sums.add(bucket, proj_ranges, boundaries, innermost, phases, hierarchy.steps)
+    proj_devices = concat_or_empty(
+        sums.proj_devices, {"rid": pl.Int64, "device": pl.String}
+    ).unique()
     proj_metrics = aggregate.merge_projection(
-        sums.proj_sums or [_EMPTY_SUMS_RID],
-        concat_or_empty(sums.proj_devices, {"rid": pl.Int64, "device": pl.String}).unique(),
-        sums.proj_busy.result(),
+        sums.proj_sums or [_EMPTY_SUMS_RID], proj_devices, sums.proj_busy.result()
     )
     seg_dev = aggregate.merge_segments(sums.seg_sums or [_EMPTY_SUMS_SEG], sums.seg_busy.result())
-
-    n_devices = len(devices)
-    range_segs = attribute.range_segments(window_ranges, boundaries)
-    per_device, win_metrics = aggregate.window_metrics(range_segs, seg_dev)
+    per_device, win_metrics = aggregate.window_metrics(
+        attribute.range_segments(window_ranges, boundaries), seg_dev
+    )
     win_metrics = (
         window_ranges.select("rid")
         .join(win_metrics, on="rid", how="left")
-        .with_columns(pl.lit(n_devices, dtype=pl.Int64).alias("n_devices"))
+        .with_columns(pl.lit(len(devices), dtype=pl.Int64).alias("n_devices"))
     )
-
     metrics = pl.concat(
-        [
-            proj_metrics.filter(pl.col("rid").is_in(proj_ranges["rid"].implode())),
-            win_metrics,
-        ],
+        [proj_metrics.filter(pl.col("rid").is_in(proj_ranges["rid"].implode())), win_metrics],
         how="diagonal_relaxed",
     )
-    energy_summary: dict = {"power_source": None}
-    if power is not None and power.samples.height:
-        phase_energy = energy.phase_energy(
-            phases,
-            concat_or_empty(sums.proj_devices, {"rid": pl.Int64, "device": pl.String}).unique(),
-            sums.blocks(),
-            power,
-            idle_power_w=idle_power_w,
-        )
-        range_energy, device_energy, idle = (
-            phase_energy.per_range,
-            phase_energy.per_device,
-            phase_energy.idle,
-        )
-        warnings += phase_energy.warnings
-        metrics = metrics.join(range_energy, on="rid", how="full", coalesce=True)
-        per_device = per_device.join(device_energy, on=["rid", "device"], how="full", coalesce=True)
-        balance, balance_warnings = energy.energy_balance(power, timeline)
-        warnings += balance_warnings
-        energy_summary = {
-            **balance,
-            "power_source": power.source,
-            "power_interval_ns": power.interval_ns,
-            "power_alignment": power.alignment,
-            "idle_power_w": dict(idle.iter_rows()),
-        }
-        missing_idle = idle.filter(pl.col("idle_power_w").is_null())["device"].to_list()
-        if missing_idle:
-            warnings.append(
-                f"no idle baseline for GPU(s) {', '.join(missing_idle)} (too few idle samples); "
-                "energy_above_idle_j is null: pass --idle-power-w"
-            )
-        short = phases.join(range_energy.filter(pl.col("below_sampling_interval")), on="rid").height
-        if short:
-            warnings.append(
-                f"{short} phase range(s) are shorter than the power sampling interval "
-                f"({(power.interval_ns or 0) / 1e6:.1f} ms): their energy is interpolated "
-                "(below_sampling_interval)"
-            )
-    else:
-        metrics = metrics.with_columns(
-            pl.lit(None, dtype=dtype).alias(name) for name, dtype in energy.ENERGY_COLUMNS.items()
-        )
-    table = aggregate.phase_table(phases, metrics)
-    totals = sums.totals()
-    if not totals["gpu_time_conserved"]:
-        warnings.append(
-            "GPU time not conserved: attributed + unattributed differs from the operations' "
-            f"total ({totals['total_gpu_ns']} ns) — please report this trace"
-        )
-    summary = {
-        **totals,
-        "window_timeline": timeline_source,
-        "n_phase_ranges": phases.height,
-        "n_devices": n_devices,
-        "n_steps": hierarchy.steps.height,
-        **energy_summary,
-    }
-    return Analysis(
-        phases=table,
-        phase_devices=_phase_devices(phases, per_device, devices),
+    energy = attach_energy(
+        metrics,
+        per_device,
+        phases=phases,
+        projection_devices=proj_devices,
+        blocks=sums.blocks(),
+        timeline=timeline,
+        power=power,
+        idle_power_w=idle_power_w,
+    )
+    gpu = sums.totals()
+    return Attributed(
+        phases=aggregate.phase_table(phases, energy.metrics),
+        phase_devices=phase_devices(phases, energy.per_device, devices),
         gpu_activity=sums.activity(),
         kernels=aggregate.kernel_table(sums.kernels or [aggregate.kernel_partial(_EMPTY_OPS)]),
         steps=hierarchy.steps,
-        summary=summary,
-        warnings=warnings,
+        gpu=gpu,
+        energy=energy.totals,
+        window_timeline="driver" if window_ranges.height else "all",
+        n_phase_ranges=phases.height,
+        n_devices=len(devices),
+        warnings=[
+            *hierarchy.warnings,
+            *launch_warnings,
+            *energy.warnings,
+            *_conservation_warning(gpu),
+        ],
         power_samples=power.samples if power is not None else None,
     )
+
+
+def _with_attribution(phases: pl.DataFrame, launch_threads: pl.DataFrame) -> pl.DataFrame:
+    """Ranges on a thread that launched GPU work are *projection*, the others *window*."""
+    on_launch_thread = phases.join(
+        launch_threads.with_columns(pl.lit(True).alias("launches")),
+        on=list(THREAD),
+        how="left",
+    )["launches"].fill_null(False)
+    return phases.with_columns(
+        pl.when(on_launch_thread)
+        .then(pl.lit(PROJECTION))
+        .otherwise(pl.lit(WINDOW))
+        .alias("attribution")
+    )
+
+
+def _conservation_warning(gpu: GpuTotals) -> list[str]:
+    if gpu.gpu_time_conserved:
+        return []
+    return [
+        "GPU time not conserved: attributed + unattributed differs from the operations' "
+        f"total ({gpu.total_gpu_ns} ns) — please report this trace"
+    ]
 
 
 class _RunSums:
@@ -285,7 +209,7 @@ class _RunSums:
         self.kernels.append(aggregate.kernel_partial(ops))
         if self._merge_gap_ns is not None:
             self._blocks.append(busy_blocks(ops, merge_gap_ns=self._merge_gap_ns))
-        activity = _gpu_activity(ops, pairs, pieces, phases, steps)
+        activity = gpu_activity(ops, pairs, pieces, phases, steps)
         self._count(ops, pieces, activity)
         if self.activity_dir is None:
             self.activity_parts.append(activity)
@@ -324,35 +248,28 @@ class _RunSums:
         for name in _TOTALS:
             self._totals[name] += int(counted[name] or 0)
 
-    def totals(self) -> dict[str, int]:
+    def totals(self) -> GpuTotals:
         """The run's GPU time totals, attributed and not, under both schemes, and counts."""
         t = self._totals
-        return {
-            "total_gpu_ns": t["total_gpu_ns"],
-            "attributed_gpu_ns": t["attributed_gpu_ns"],
-            "unattributed_gpu_ns": t["unattributed_gpu_ns"],
-            "projection_attributed_gpu_ns": t["projection_attributed_gpu_ns"],
-            "projection_unattributed_gpu_ns": t["projection_unattributed_gpu_ns"],
-            "gpu_time_conserved": (
-                t["attributed_gpu_ns"] + t["unattributed_gpu_ns"] == t["total_gpu_ns"]
-                and t["projection_attributed_gpu_ns"] + t["projection_unattributed_gpu_ns"]
-                == t["total_gpu_ns"]
-            ),
-            **{k: t[k] for k in _TOTALS if k.startswith(("n_", "kernel", "nccl", "mem", "graph"))},
-        }
+        conserved = (
+            t["attributed_gpu_ns"] + t["unattributed_gpu_ns"] == t["total_gpu_ns"]
+            and t["projection_attributed_gpu_ns"] + t["projection_unattributed_gpu_ns"]
+            == t["total_gpu_ns"]
+        )
+        return GpuTotals(gpu_time_conserved=conserved, **t)
 
     def blocks(self) -> pl.DataFrame:
         """Busy stretches per device over the whole run (for the idle power baseline)."""
         frames = self._blocks or [pl.DataFrame(schema={k: OPS_SCHEMA[k] for k in _BLOCK})]
         return busy_blocks(pl.concat(frames), merge_gap_ns=self._merge_gap_ns or 0)
 
-    def activity(self) -> pl.DataFrame | pl.LazyFrame:
+    def activity(self) -> pl.LazyFrame:
         """Every operation's row: in memory, or a lazy scan of the parts written per bucket."""
         if self.activity_files:
             return pl.scan_parquet(self.activity_files)
         if self.activity_parts:
-            return pl.concat(self.activity_parts)
-        return _gpu_activity(
+            return pl.concat(self.activity_parts).lazy()
+        return gpu_activity(
             _EMPTY_OPS,
             pl.DataFrame(schema={"op_id": pl.Int64, "rid": pl.Int64}),
             attribute.window_pieces(_EMPTY_OPS, pl.Series([], dtype=pl.Int64), _EMPTY_INNERMOST),
@@ -360,7 +277,7 @@ class _RunSums:
                 schema={"rid": pl.Int64, "path": pl.String, "step": pl.Int64, "level": pl.Int32}
             ),
             pl.DataFrame(),
-        )
+        ).lazy()
 
 
 _TOTALS = (
@@ -390,128 +307,3 @@ _EMPTY_SUMS_RID = aggregate.projection_partials(
 _EMPTY_SUMS_SEG = aggregate.segment_partials(
     attribute.window_pieces(_EMPTY_OPS, pl.Series([], dtype=pl.Int64), _EMPTY_INNERMOST)
 )[0]
-
-
-def _phase_devices(
-    phases: pl.DataFrame, per_device: pl.DataFrame, run_devices: list[str]
-) -> pl.DataFrame:
-    """Window phases per device: where each rank's GPU was busy or idle during a driver phase."""
-    keys = ["trace", "pid", "step", "path", "phase"]
-    window = phases.filter(pl.col("attribution") == WINDOW).select(
-        "rid",
-        *[k for k in keys if k != "phase"],
-        pl.col("name").alias("phase"),
-        (pl.col("end_ns") - pl.col("start_ns")).alias("wall_ns"),
-    )
-    devices = pl.concat(
-        [
-            pl.DataFrame({"device": run_devices}, schema={"device": pl.String}),
-            per_device.select("device"),
-        ]
-    ).unique()
-    grid = window.join(devices, how="cross").join(per_device, on=["rid", "device"], how="left")
-    filled = grid.with_columns(
-        [pl.col(m).fill_null(0) for m in (*aggregate.METRICS, "gpu_busy_ns")]
-    ).with_columns((pl.col("wall_ns") - pl.col("gpu_busy_ns")).alias("idle_ns"))
-    energy_aggs = (
-        [
-            aggregate.sum_or_null("energy_j"),
-            aggregate.sum_or_null("energy_above_idle_j"),
-            pl.col("peak_power_w").max(),
-            pl.col("energy_samples").min(),
-        ]
-        if "energy_j" in filled.columns
-        else []
-    )
-    return (
-        filled.sort(*keys, "device", "rid", nulls_last=True)
-        .group_by(*keys, "device")
-        .agg(
-            pl.col("wall_ns").sum(),
-            pl.col("gpu_busy_ns").sum(),
-            pl.col("idle_ns").sum(),
-            *(pl.col(m).sum() for m in aggregate.METRICS),
-            *energy_aggs,
-        )
-        # every key: rows of several traces share (step, path, device)
-        .sort(["step", "path", "device", "trace", "pid", "phase"], nulls_last=True)
-    )
-
-
-def _gpu_activity(
-    ops: pl.DataFrame,
-    pairs: pl.DataFrame,
-    pieces: pl.DataFrame,
-    phases: pl.DataFrame,
-    steps: pl.DataFrame,
-) -> pl.DataFrame:
-    """Every GPU operation with its step and phase path under each scheme (null: unattributed)."""
-    info = phases.select("rid", "path", "step", "level")
-    innermost_proj = (
-        pairs.join(info, on="rid")
-        .sort(["op_id", "level"], descending=[False, True])
-        .unique(subset="op_id", keep="first")
-        .select(
-            "op_id",
-            pl.col("path").alias("projection_path"),
-            pl.col("step").alias("projection_step"),
-        )
-    )
-    at_start = (
-        pieces.filter(pl.col("first_piece"))
-        .select("op_id", "rid")
-        .join(info, on="rid", how="left")
-        .select(
-            "op_id",
-            pl.col("path").alias("window_path"),
-            pl.col("step").alias("window_step_of_phase"),
-        )
-    )
-    owners = (
-        pieces.filter(pl.col("overlap_ns") > 0)
-        .group_by("op_id")
-        .agg((pl.col("rid").n_unique() > 1).alias("window_split"))
-    )
-    activity = (
-        ops.join(innermost_proj, on="op_id", how="left")
-        .join(at_start, on="op_id", how="left")
-        .join(owners, on="op_id", how="left")
-    )
-    if steps.height:
-        # the step window containing each start: a binary search over the (few, sorted) steps
-        # instead of sorting a million operations for an as-of join
-        windows = steps.sort("step_start_ns")
-        index = (
-            windows["step_start_ns"]
-            .search_sorted(activity["start_ns"], side="right")
-            .cast(pl.Int64)
-            - 1
-        )
-        safe = index.clip(lower_bound=0)
-        inside = (index >= 0) & (activity["start_ns"] < windows["step_end_ns"].gather(safe))
-        activity = activity.with_columns(
-            pl.when(pl.lit(inside)).then(pl.lit(windows["step"].gather(safe))).alias("step")
-        )
-    else:
-        activity = activity.with_columns(pl.lit(None, dtype=pl.Int64).alias("step"))
-    return activity.select(
-        "op_id",
-        "trace",
-        "pid",
-        pl.col("gtid").alias("launch_gtid"),
-        "device",
-        "stream",
-        "kind",
-        pl.col("op_class").cast(pl.String),
-        "name",
-        "start_ns",
-        "end_ns",
-        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
-        "bytes",
-        "correlation_id",
-        "projection_step",
-        "projection_path",
-        pl.coalesce("window_step_of_phase", "step").alias("window_step"),
-        "window_path",
-        pl.col("window_split").fill_null(False),
-    ).sort("op_id")

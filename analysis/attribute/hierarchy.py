@@ -24,9 +24,10 @@ from dataclasses import dataclass
 import polars as pl
 
 from analysis.attribute.phase_map import PhaseMap
+from analysis.frames import int_value
+from analysis.model import THREAD
 from nvtx_phases.naming import PATH_SEP
 
-THREAD = ("trace", "gtid")
 PROCESS = ("trace", "pid")
 
 
@@ -111,10 +112,10 @@ def parents(phases: pl.DataFrame) -> tuple[pl.DataFrame, int]:
 
 def paths(phases: pl.DataFrame) -> pl.DataFrame:
     """Add ``path``: canonical names from the outermost range down, joined by ``/``."""
-    max_level = phases["level"].max() if phases.height else 0
+    max_level = int_value(phases["level"].max()) if phases.height else 0
     known = phases.filter(pl.col("level") == 0).select("rid", pl.col("canonical").alias("path"))
     done = [known]
-    for level in range(1, (max_level or 0) + 1):
+    for level in range(1, max_level + 1):
         layer = (
             phases.filter(pl.col("level") == level)
             .select("rid", "parent_rid", "canonical")
@@ -222,7 +223,7 @@ def assign_steps(phases: pl.DataFrame, marked: pl.DataFrame, windows: pl.DataFra
 
 def _process_list(frame: pl.DataFrame, limit: int = 3) -> str:
     """``trace T pid P: step S, …`` for the first processes of ``frame`` (step ranges)."""
-    parts = []
+    parts: list[str] = []
     for (trace, pid), rows in frame.group_by(*PROCESS, maintain_order=True):
         if len(parts) == limit:
             parts.append("…")

@@ -12,41 +12,11 @@ This is what attributes a VeRL worker's kernels to the trainer's ``gen``/``updat
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import polars as pl
 
 from analysis.attribute.intervals import segment_index, segments_of, split_at_segments
-from analysis.normalize.launches import CallIndex, duplicate_warning, orphan_warning
-
-THREAD = ["trace", "gtid"]
-
-
-@dataclass
-class Launches:
-    """GPU operations with the CPU call that launched them (null when none was recorded)."""
-
-    ops: pl.DataFrame
-    launch_threads: pl.DataFrame
-    warnings: list[str]
-
-
-def link_launches(ops: pl.DataFrame, runtime: pl.DataFrame) -> Launches:
-    """Join each operation to its runtime call on (trace, pid, correlationId), trace by trace."""
-    linked: list[pl.DataFrame] = []
-    n_duplicated = 0
-    for (trace,), calls in runtime.partition_by("trace", as_dict=True).items():
-        index = CallIndex.build(calls)
-        n_duplicated += index.n_duplicated
-        linked.append(index.link(ops.filter(pl.col("trace") == trace)))
-    traces = runtime["trace"].unique().implode()
-    linked.append(CallIndex.empty().link(ops.filter(~pl.col("trace").is_in(traces))))
-    frame = pl.concat(linked).sort("op_id") if ops.height else CallIndex.empty().link(ops)
-    warnings = duplicate_warning(n_duplicated) + orphan_warning(
-        frame["gtid"].null_count(), frame.height, runtime.height
-    )
-    threads = frame.filter(pl.col("gtid").is_not_null()).select(THREAD).unique()
-    return Launches(ops=frame, launch_threads=threads, warnings=warnings)
+from analysis.frames import int_value
+from analysis.model import THREAD
 
 
 def projection_pairs(ops: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
@@ -63,7 +33,7 @@ def projection_pairs(ops: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     found: list[pl.DataFrame] = []
     if ranges.is_empty() or launched.is_empty():
         return pl.DataFrame(schema={"op_id": pl.Int64, "rid": pl.Int64})
-    for level in range(int(ranges["level"].max()) + 1):
+    for level in range(int_value(ranges["level"].max()) + 1):
         layer = (
             ranges.filter(pl.col("level") == level)
             .select("rid", *THREAD, "start_ns", "end_ns")
@@ -92,7 +62,7 @@ def innermost_by_segment(window_ranges: pl.DataFrame, boundaries: pl.Series) -> 
     threads = window_ranges.select(THREAD).unique()
     grid = segments.join(threads, how="cross").sort("seg_start_ns")
     candidates: list[pl.DataFrame] = []
-    for level in range(int(window_ranges["level"].max()) + 1 if window_ranges.height else 0):
+    for level in range(int_value(window_ranges["level"].max()) + 1 if window_ranges.height else 0):
         layer = (
             window_ranges.filter(pl.col("level") == level)
             .select("rid", *THREAD, "start_ns", "end_ns", "level")

@@ -1,5 +1,13 @@
-"""``nvtx-phases``: the command line. :data:`app` is the typer app, :func:`main` the console script."""
+"""``nvtx-phases``: the command line. :data:`app` is the typer app, :func:`main` the console script.
 
+Importing this package registers every command on :data:`app`, one module per group; the import
+order below is the order ``nvtx-phases --help`` lists them.
+"""
+
+# isort: off
+from analysis.cli import analyze, compare, capture, synth, workload  # noqa: F401  (registers)
+
+# isort: on
 from analysis.cli.app import app, main
 
 __all__ = ["app", "main"]

@@ -26,13 +26,9 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analysis.energy.samples import (
-    PowerData,
-    cumulative_energy,
-    energy_at,
-    idle_baseline,
-    interval_energy,
-)
+from analysis.energy.balance import exclusive_intervals, piece_energy
+from analysis.energy.idle import idle_baseline
+from analysis.energy.samples import PowerData, cumulative_energy, interval_energy, sample_faults
 
 ENERGY_COLUMNS = {
     "energy_j": pl.Float64,
@@ -46,16 +42,6 @@ ENERGY_COLUMNS = {
 
 #: Prefix of error-level warnings: an energy figure was wrong and has been left null.
 ENERGY_ERROR = "ERROR: "
-
-#: Relative tolerance of the conservation check. Every part is a difference of one cumulative
-#: curve per device, linearly interpolated at the phases' ends; interpolation moves energy
-#: between neighbouring parts but never loses or adds any (the parts telescope), so in exact
-#: arithmetic they sum to the total. What remains is float rounding, a few ulps of the counter
-#: value per interpolated end: below 1e-9 of the total even at a million phase ends. 1e-6
-#: leaves a margin of 1000 and is still far below a single phase counted twice.
-BALANCE_RTOL = 1e-6
-#: Absolute floor of the tolerance (J), for runs that drew (almost) nothing.
-BALANCE_ATOL_J = 1e-9
 
 
 @dataclass
@@ -98,42 +84,6 @@ def range_devices(
     return pl.concat([window, projection])
 
 
-def sample_faults(cum: pl.DataFrame) -> dict[str, str]:
-    """Devices whose samples are not one series, with what is wrong (:func:`cumulative_energy`).
-
-    A series has one reading per instant and a cumulative energy that never goes back. Two
-    samplers' samples of one GPU interleaved (two runs' sampler files share a host, pid and
-    NVML index), a counter reset or negative power break that, and with it every interval
-    energy of the device. Readings at one instant are compared among themselves, not ordered,
-    so the counts do not depend on how ties sort.
-    """
-    conflicts = (
-        cum.group_by("device", "t_ns")
-        .agg(
-            ((pl.col("cum_j").n_unique() > 1) | (pl.col("power_w").n_unique() > 1)).alias("c"),
-        )
-        .group_by("device")
-        .agg(pl.col("c").sum().alias("conflicts"))
-    )
-    drops = (
-        cum.sort("device", "t_ns", "cum_j")
-        .group_by("device", maintain_order=True)
-        .agg((pl.col("cum_j").diff() < 0).sum().alias("drops"))
-    )
-    faults = {}
-    for device, n_conflicts, n_drops in (
-        conflicts.join(drops, on="device").sort("device").iter_rows()
-    ):
-        reasons = []
-        if n_conflicts:
-            reasons.append(f"{n_conflicts} instants with conflicting readings")
-        if n_drops:
-            reasons.append(f"its cumulative energy falls {n_drops} time(s)")
-        if reasons:
-            faults[device] = "; ".join(reasons)
-    return faults
-
-
 def phase_energy(
     phases: pl.DataFrame,
     projection_devices: pl.DataFrame,
@@ -152,12 +102,11 @@ def phase_energy(
     cum = cumulative_energy(power)
     devices = sorted(cum["device"].unique().to_list())
     faults = sample_faults(cum)
-    if idle_power_w is not None:
-        idle = pl.DataFrame(
-            {"device": devices, "idle_power_w": [float(idle_power_w)] * len(devices)}
-        )
-    else:
-        idle = idle_baseline(cum, blocks, interval_ns=power.interval_ns)
+    idle = (
+        pl.DataFrame({"device": devices, "idle_power_w": [float(idle_power_w)] * len(devices)})
+        if idle_power_w is not None
+        else idle_baseline(cum, blocks, interval_ns=power.interval_ns)
+    )
     pairs_rd = range_devices(phases, projection_devices, devices)
     intervals = pairs_rd.join(phases.select("rid", "start_ns", "end_ns"), on="rid").rename(
         {"rid": "id"}
@@ -178,35 +127,8 @@ def phase_energy(
             ).alias("energy_above_idle_j")
         )
     )
-    # float sums: a fixed order keeps results bit-identical from run to run
-    per_range = (
-        per_device.sort("rid", "device")
-        .group_by("rid", maintain_order=True)
-        .agg(
-            # null when any device's is: a partial sum would read as a real number
-            _sum_if_complete("energy_j"),
-            pl.col("peak_power_w").max(),
-            _sum_if_complete("energy_above_idle_j"),
-            pl.col("n_samples").min().alias("energy_samples"),
-        )
-    )
-    gaps = _gap_energy(cum, phases, pairs_rd, faults)
-    interval = power.interval_ns
-    per_range = (
-        phases.select("rid", "start_ns", "end_ns")
-        .join(per_range, on="rid", how="left")
-        .join(gaps, on="rid", how="left")
-        .with_columns(
-            (pl.col("energy_j") / ((pl.col("end_ns") - pl.col("start_ns")) / 1e9)).alias(
-                "avg_power_w"
-            ),
-            (
-                pl.lit(interval is not None)
-                & ((pl.col("end_ns") - pl.col("start_ns")) < (interval or 0))
-            ).alias("below_sampling_interval"),
-        )
-        .select("rid", *ENERGY_COLUMNS)
-        .cast(ENERGY_COLUMNS)  # type: ignore[arg-type]
+    per_range = _per_range(
+        per_device, phases, _gap_energy(cum, phases, pairs_rd, faults), power.interval_ns
     )
     device_cols = per_device.select(
         "rid",
@@ -217,6 +139,39 @@ def phase_energy(
         pl.col("n_samples").alias("energy_samples"),
     )
     return PhaseEnergy(per_range, device_cols, idle, warnings)
+
+
+def _per_range(
+    per_device: pl.DataFrame, phases: pl.DataFrame, gaps: pl.DataFrame, interval: int | None
+) -> pl.DataFrame:
+    """The energy columns (:data:`ENERGY_COLUMNS`) per range from its devices' rows."""
+    # float sums: a fixed order keeps results bit-identical from run to run
+    summed = (
+        per_device.sort("rid", "device")
+        .group_by("rid", maintain_order=True)
+        .agg(
+            # null when any device's is: a partial sum would read as a real number
+            _sum_if_complete("energy_j"),
+            pl.col("peak_power_w").max(),
+            _sum_if_complete("energy_above_idle_j"),
+            pl.col("n_samples").min().alias("energy_samples"),
+        )
+    )
+    wall_s = (pl.col("end_ns") - pl.col("start_ns")) / 1e9
+    return (
+        phases.select("rid", "start_ns", "end_ns")
+        .join(summed, on="rid", how="left")
+        .join(gaps, on="rid", how="left")
+        .with_columns(
+            (pl.col("energy_j") / wall_s).alias("avg_power_w"),
+            (
+                pl.lit(interval is not None)
+                & ((pl.col("end_ns") - pl.col("start_ns")) < (interval or 0))
+            ).alias("below_sampling_interval"),
+        )
+        .select("rid", *ENERGY_COLUMNS)
+        .cast(ENERGY_COLUMNS)  # type: ignore[arg-type]
+    )
 
 
 def _sum_if_complete(name: str) -> pl.Expr:
@@ -253,52 +208,6 @@ def _error_warnings(raw: pl.DataFrame, phases: pl.DataFrame, faults: dict[str, s
     return warnings
 
 
-def exclusive_intervals(ranges: pl.DataFrame) -> pl.DataFrame:
-    """Each range's time outside its child ranges: ``rid, start_ns, end_ns`` (several per rid).
-
-    ``ranges``: ``rid, parent_rid, start_ns, end_ns``; a child counts only where it lies inside
-    its parent, and only children among ``ranges`` count. A range without children is one
-    piece, its whole interval; a range its children cover entirely has none.
-    """
-    parents = ranges.select("rid", pl.col("start_ns").alias("p0"), pl.col("end_ns").alias("p1"))
-    children = (
-        ranges.filter(pl.col("parent_rid").is_not_null())
-        .select(pl.col("parent_rid").alias("rid"), "start_ns", "end_ns")
-        .join(parents, on="rid")
-        .with_columns(
-            pl.max_horizontal("start_ns", "p0").alias("start_ns"),
-            pl.min_horizontal("end_ns", "p1").alias("end_ns"),
-        )
-        .filter(pl.col("end_ns") > pl.col("start_ns"))
-        .sort("rid", "start_ns", "end_ns")
-        .with_columns(pl.col("end_ns").cum_max().shift(1).over("rid").alias("reach"))
-    )
-    before_each = children.select(
-        "rid", pl.coalesce("reach", "p0").alias("start_ns"), pl.col("start_ns").alias("end_ns")
-    )
-    after_last = children.group_by("rid").agg(
-        pl.col("end_ns").max().alias("start_ns"), pl.col("p1").first().alias("end_ns")
-    )
-    childless = ranges.join(children.select("rid").unique(), on="rid", how="anti").select(
-        "rid", "start_ns", "end_ns"
-    )
-    schema = {"rid": ranges.schema["rid"], "start_ns": pl.Int64, "end_ns": pl.Int64}
-    return (
-        pl.concat([f.cast(schema) for f in (before_each, after_last, childless)])  # type: ignore[arg-type]
-        .filter(pl.col("end_ns") > pl.col("start_ns"))
-        .sort("rid", "start_ns")
-    )
-
-
-def _piece_energy(cum: pl.DataFrame, pieces: pl.DataFrame) -> pl.DataFrame:
-    """``energy_j`` of each (``device``, ``start_ns``, ``end_ns``) row, from the counter curve."""
-    if pieces.is_empty():
-        return pieces.with_columns(pl.lit(None, dtype=pl.Float64).alias("energy_j"))
-    at_start = energy_at(cum, pieces.select("device", pl.col("start_ns").alias("t_ns")))
-    at_end = energy_at(cum, pieces.select("device", pl.col("end_ns").alias("t_ns")))
-    return pieces.with_columns((at_end["cum_j"] - at_start["cum_j"]).alias("energy_j"))
-
-
 def _gap_energy(
     cum: pl.DataFrame, phases: pl.DataFrame, pairs_rd: pl.DataFrame, faults: dict[str, str]
 ) -> pl.DataFrame:
@@ -312,7 +221,7 @@ def _gap_energy(
         .join(with_children, on="rid")
         .join(pairs_rd, on="rid")
     )
-    energy = _piece_energy(cum, pieces).with_columns(
+    energy = piece_energy(cum, pieces).with_columns(
         pl.when(pl.col("device").is_in(list(faults)) | (pl.col("energy_j") < 0))
         .then(None)
         .otherwise(pl.col("energy_j"))
@@ -339,98 +248,4 @@ def _gap_energy(
         per_device.sort("rid", "device")
         .group_by("rid", maintain_order=True)
         .agg(_sum_if_complete("energy_j").alias("gap_energy_j"))
-    )
-
-
-def energy_balance(power: PowerData, timeline: pl.DataFrame) -> tuple[dict, list[str]]:
-    """Total, attributed and unattributed energy, measured independently, and their check.
-
-    ``timeline``: the window timeline's ranges (``rid, parent_rid, start_ns, end_ns``: the
-    driver's window ranges, or every phase when there are none), on every sampled GPU:
-
-    - ``total_energy_j``: the counters over the whole sampled span (last − first reading);
-    - ``attributed_energy_j``: Σ over the timeline's ranges of their energy outside their
-      children (a window phase's ``gap_energy_j``, or ``energy_j`` when it has no children);
-    - ``unattributed_energy_j``: the energy of the stretches no range covers;
-    - ``energy_conserved``: total = attributed + unattributed within :data:`BALANCE_RTOL`
-      (``energy_balance_j`` = attributed + unattributed − total). Ranges that overlap without
-      nesting (several driver threads or files, e.g. two runs forced together) count the
-      shared time twice; that is what the check catches, with a warning.
-
-    All null (None) when a device's samples are broken (:func:`sample_faults`;
-    :func:`phase_energy` says which).
-    """
-    cum = cumulative_energy(power)
-    if sample_faults(cum) or cum.is_empty():
-        return dict.fromkeys(_BALANCE_KEYS), []
-    devices = pl.DataFrame({"device": sorted(cum["device"].unique().to_list())})
-    total = float(
-        cum.group_by("device")
-        .agg(pl.col("cum_j").last() - pl.col("cum_j").first())
-        .sort("device")["cum_j"]
-        .sum()
-    )
-    ranges = timeline.select("rid", "parent_rid", "start_ns", "end_ns")
-    own = exclusive_intervals(ranges).join(devices, how="cross")
-    attributed = _sorted_sum(_piece_energy(cum, own))
-    span = (int(cum["t_ns"].min()), int(cum["t_ns"].max()))
-    uncovered = _uncovered(ranges, *span).join(devices, how="cross")
-    unattributed = _sorted_sum(_piece_energy(cum, uncovered))
-    balance = attributed + unattributed - total
-    tolerance = BALANCE_RTOL * max(abs(total), abs(attributed + unattributed)) + BALANCE_ATOL_J
-    conserved = abs(balance) <= tolerance
-    warnings = []
-    if not conserved:
-        why = (
-            "phase ranges overlap without nesting (driver ranges of several threads or files, "
-            "e.g. files of different runs), so their shared time is counted twice"
-            if balance > 0
-            else "please report this trace"
-        )
-        warnings.append(
-            f"energy not conserved: {attributed:.3f} J in phases + {unattributed:.3f} J outside "
-            f"them = {attributed + unattributed:.3f} J, but the counters measured {total:.3f} J "
-            f"({balance:+.3f} J): {why}"
-        )
-    summary = {
-        "total_energy_j": total,
-        "attributed_energy_j": attributed,
-        "unattributed_energy_j": unattributed,
-        "energy_conserved": conserved,
-        "energy_balance_j": balance,
-    }
-    return summary, warnings
-
-
-_BALANCE_KEYS = (
-    "total_energy_j",
-    "attributed_energy_j",
-    "unattributed_energy_j",
-    "energy_conserved",
-    "energy_balance_j",
-)
-
-
-def _sorted_sum(frame: pl.DataFrame) -> float:
-    """Σ ``energy_j`` in a fixed order (bit-identical from run to run)."""
-    if frame.is_empty():
-        return 0.0
-    return float(frame.sort("device", "start_ns", "end_ns")["energy_j"].sum())
-
-
-def _uncovered(ranges: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
-    """Stretches of ``[lo, hi]`` that no range covers: ``start_ns, end_ns``."""
-    ordered = ranges.select("start_ns", "end_ns").sort("start_ns", "end_ns")
-    gaps = ordered.with_columns(
-        pl.col("end_ns").cum_max().shift(1).fill_null(lo).alias("reach")
-    ).select(pl.col("reach").alias("start_ns"), pl.col("start_ns").alias("end_ns"))
-    reach = int(ordered["end_ns"].max()) if ordered.height else lo
-    tail = pl.DataFrame({"start_ns": [reach], "end_ns": [hi]})
-    return (
-        pl.concat([gaps.cast(pl.Int64), tail.cast(pl.Int64)])
-        .with_columns(
-            pl.col("start_ns").clip(lo, hi),
-            pl.col("end_ns").clip(lo, hi),
-        )
-        .filter(pl.col("end_ns") > pl.col("start_ns"))
     )

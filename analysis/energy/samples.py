@@ -14,18 +14,18 @@ available to validate their layout against).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
-from analysis.errors import AnalysisError
+from analysis.errors import InputError
+from analysis.frames import PolarsDataType
 from analysis.normalize.devices import normalize_uuid
-from nvtx_phases.power import CLOCK_MARK
+from nvtx_phases.naming import CLOCK_MARK_PATTERN, REQUIRED_SAMPLER_COLUMNS
 
-SAMPLE_COLUMNS = ("host", "pid", "device", "wall_ns", "mono_ns", "power_w", "energy_mj")
-_MARK_PATTERN = re.escape(CLOCK_MARK) + r" mono_ns=(\d+) wall_ns=(\d+)"
+SAMPLE_COLUMNS = REQUIRED_SAMPLER_COLUMNS
 
 
 @dataclass
@@ -46,10 +46,10 @@ def load_samples(paths: list[Path]) -> pl.DataFrame:
         try:
             frame = pl.read_parquet(path)
         except Exception as exc:  # polars raises several kinds for a bad file
-            raise AnalysisError(f"{path}: cannot read power samples ({exc})") from exc
+            raise InputError(f"{path}: cannot read power samples ({exc})") from exc
         missing = [c for c in SAMPLE_COLUMNS if c not in frame.columns]
         if missing:
-            raise AnalysisError(f"{path}: power samples lack column(s) {', '.join(missing)}")
+            raise InputError(f"{path}: power samples lack column(s) {', '.join(missing)}")
         frames.append(
             frame.select(
                 pl.col("host").cast(pl.String),
@@ -99,44 +99,15 @@ def align(
     several samplers (one per process, or two runs' files) keeps the samples of one sampler, the
     one with the most samples: interleaving two samplers' counters would break the energy sums.
     """
-    warnings: list[str] = []
-    clock = (
-        marks.with_columns(pl.col("text").str.extract_groups(_MARK_PATTERN).alias("m"))
-        .filter(pl.col("m").struct.field("1").is_not_null())
-        .select(
-            "host",
-            "pid",
-            "ts_ns",
-            pl.col("m").struct.field("1").cast(pl.Int64).alias("mark_mono_ns"),
-        )
-    )
-    offsets = clock.group_by("host", "pid").agg(
-        (pl.col("ts_ns") - pl.col("mark_mono_ns"))
-        .median()
-        .round()
-        .cast(pl.Int64)
-        .alias("offset_ns"),
-        (
-            (pl.col("ts_ns") - pl.col("mark_mono_ns")).max()
-            - (pl.col("ts_ns") - pl.col("mark_mono_ns")).min()
-        ).alias("spread_ns"),
-        pl.len().alias("n_marks"),
-    )
     samples = samples.with_columns(_device_names(samples, aliases or {}).alias("device"))
-    samples, duplicate_warnings = _one_sampler_per_device(samples)
-    warnings += duplicate_warnings
-    samplers = samples.select("host", "pid").unique().join(offsets, on=["host", "pid"], how="left")
-    alignment = []
-    for row in samplers.sort("host", "pid").iter_rows(named=True):
-        if row["offset_ns"] is None:
-            method = "wall clock"
-            warnings.append(
-                f"power samples of {row['host']} pid {row['pid']}: no clock marks in the traces; "
-                "aligned by wall clock (accuracy = clock sync between hosts)"
-            )
-        else:
-            method = "clock marks"
-        alignment.append({**row, "method": method})
+    samples, warnings = _one_sampler_per_device(samples)
+    samplers = (
+        samples.select("host", "pid")
+        .unique()
+        .join(_mark_offsets(marks), on=["host", "pid"], how="left")
+    )
+    alignment, alignment_warnings = _alignment_methods(samplers)
+    warnings += alignment_warnings
     joined = samples.join(samplers, on=["host", "pid"], how="left")
     origin = origin_utc_ns if origin_utc_ns is not None else 0
     aligned = joined.select(
@@ -168,6 +139,42 @@ def align(
         alignment=alignment,
         warnings=warnings,
     )
+
+
+def _mark_offsets(marks: pl.DataFrame) -> pl.DataFrame:
+    """Per sampler (host, pid): trace time − sampler clock, from its clock marks, and spread."""
+    clock = (
+        marks.with_columns(pl.col("text").str.extract_groups(CLOCK_MARK_PATTERN).alias("m"))
+        .filter(pl.col("m").struct.field("1").is_not_null())
+        .select(
+            "host",
+            "pid",
+            "ts_ns",
+            pl.col("m").struct.field("1").cast(pl.Int64).alias("mark_mono_ns"),
+        )
+    )
+    delta = pl.col("ts_ns") - pl.col("mark_mono_ns")
+    return clock.group_by("host", "pid").agg(
+        delta.median().round().cast(pl.Int64).alias("offset_ns"),
+        (delta.max() - delta.min()).alias("spread_ns"),
+        pl.len().alias("n_marks"),
+    )
+
+
+def _alignment_methods(samplers: pl.DataFrame) -> tuple[list[dict[str, Any]], list[str]]:
+    """How each sampler is put on the trace clock: its clock marks, else the wall clock."""
+    alignment, warnings = [], []
+    for row in samplers.sort("host", "pid").iter_rows(named=True):
+        if row["offset_ns"] is None:
+            method = "wall clock"
+            warnings.append(
+                f"power samples of {row['host']} pid {row['pid']}: no clock marks in the traces; "
+                "aligned by wall clock (accuracy = clock sync between hosts)"
+            )
+        else:
+            method = "clock marks"
+        alignment.append({**row, "method": method})
+    return alignment, warnings
 
 
 def _one_sampler_per_device(samples: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
@@ -283,7 +290,7 @@ def _samples_inside(cum: pl.DataFrame, intervals: pl.DataFrame) -> pl.DataFrame:
                 pl.col("power_w").max().alias("peak_power_w"),
             )
         )
-    schema = {
+    schema: dict[str, PolarsDataType] = {
         "id": intervals.schema["id"],
         "device": pl.String,
         "n_samples": pl.Int64,
@@ -292,81 +299,37 @@ def _samples_inside(cum: pl.DataFrame, intervals: pl.DataFrame) -> pl.DataFrame:
     return pl.concat(parts) if parts else pl.DataFrame(schema=schema)
 
 
-def idle_guard_ns(interval_ns: int | None) -> int:
-    """How far from any GPU operation a sample must be to count as idle."""
-    return max(10 * (interval_ns or 0), 1_000_000)
+def sample_faults(cum: pl.DataFrame) -> dict[str, str]:
+    """Devices whose samples are not one series, with what is wrong (:func:`cumulative_energy`).
 
-
-def busy_blocks(intervals: pl.DataFrame, *, merge_gap_ns: int = 0) -> pl.DataFrame:
-    """Busy stretches per device (``device, start_ns, end_ns``).
-
-    Intervals merge when they overlap, touch, or lie less than ``merge_gap_ns`` apart.
-
-    With ``merge_gap_ns = 2 × idle_guard_ns`` the blocks are few (one per idle stretch), and
-    merging blocks of parts of a run gives the blocks of the whole run.
+    A series has one reading per instant and a cumulative energy that never goes back. Two
+    samplers' samples of one GPU interleaved (two runs' sampler files share a host, pid and
+    NVML index), a counter reset or negative power break that, and with it every interval
+    energy of the device. Readings at one instant are compared among themselves, not ordered,
+    so the counts do not depend on how ties sort.
     """
-    return (
-        intervals.select("device", "start_ns", "end_ns")
-        .sort("device", "start_ns")
-        .with_columns(pl.col("end_ns").cum_max().shift(1).over("device").alias("_reach"))
-        .with_columns(
-            (
-                pl.col("_reach").is_null()
-                | (pl.col("start_ns") - pl.col("_reach") >= max(merge_gap_ns, 1))
-            )
-            .cum_sum()
-            .over("device")
-            .alias("_block")
+    conflicts = (
+        cum.group_by("device", "t_ns")
+        .agg(
+            ((pl.col("cum_j").n_unique() > 1) | (pl.col("power_w").n_unique() > 1)).alias("c"),
         )
-        .group_by("device", "_block")
-        .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
-        .select("device", "start_ns", "end_ns")
-        .sort("device", "start_ns")
+        .group_by("device")
+        .agg(pl.col("c").sum().alias("conflicts"))
     )
-
-
-def idle_baseline(
-    cum: pl.DataFrame, blocks: pl.DataFrame, *, interval_ns: int | None
-) -> pl.DataFrame:
-    """Median power per device over samples taken in long GPU-idle stretches: ``idle_power_w``.
-
-    A sample counts as idle when no operation runs on its device for at least
-    max(10 sampling intervals, 1 ms) around it, so gaps between kernels inside a busy phase do
-    not count. Devices with fewer than 5 such samples get null (then pass ``--idle-power-w``).
-    ``blocks``: :func:`busy_blocks` of the run's operations (merged up to 2 × that guard, which
-    changes no sample's verdict: a gap shorter than two guards holds no idle sample).
-    """
-    guard = idle_guard_ns(interval_ns)
-    busy = blocks.sort("start_ns")
-    samples = cum.select("device", "t_ns", "power_w").sort("t_ns")
-    prev = samples.join_asof(
-        busy.rename({"start_ns": "prev_start", "end_ns": "prev_end"}),
-        left_on="t_ns",
-        right_on="prev_start",
-        by="device",
-        strategy="backward",
-        check_sortedness=False,  # sorted on the key globally, hence within each group
+    drops = (
+        cum.sort("device", "t_ns", "cum_j")
+        .group_by("device", maintain_order=True)
+        .agg((pl.col("cum_j").diff() < 0).sum().alias("drops"))
     )
-    both = prev.join_asof(
-        busy.rename({"start_ns": "next_start", "end_ns": "next_end"}),
-        left_on="t_ns",
-        right_on="next_start",
-        by="device",
-        strategy="forward",
-        check_sortedness=False,  # sorted on the key globally, hence within each group
-    )
-    idle = both.filter(
-        (pl.col("prev_end").is_null() | (pl.col("t_ns") - pl.col("prev_end") >= guard))
-        & (pl.col("next_start").is_null() | (pl.col("next_start") - pl.col("t_ns") >= guard))
-    )
-    stats = idle.group_by("device").agg(
-        pl.col("power_w").median().alias("idle_power_w"), pl.len().alias("n")
-    )
-    return (
-        cum.select("device")
-        .unique()
-        .join(stats, on="device", how="left")
-        .with_columns(pl.when(pl.col("n") >= 5).then(pl.col("idle_power_w")).alias("idle_power_w"))
-        .select("device", "idle_power_w")
-        .sort("device")
-    )
+    faults = {}
+    for device, n_conflicts, n_drops in (
+        conflicts.join(drops, on="device").sort("device").iter_rows()
+    ):
+        reasons = []
+        if n_conflicts:
+            reasons.append(f"{n_conflicts} instants with conflicting readings")
+        if n_drops:
+            reasons.append(f"its cumulative energy falls {n_drops} time(s)")
+        if reasons:
+            faults[device] = "; ".join(reasons)
+    return faults

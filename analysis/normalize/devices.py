@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import polars as pl
 
+from analysis.frames import PolarsDataType
 from analysis.read import specs as T
 from analysis.read.export import RawTrace
 
 #: Per report: ``device_id`` (the operations' deviceId) → ``device`` and what is known of it.
-IDENTITY_SCHEMA = {
+IDENTITY_SCHEMA: dict[str, PolarsDataType] = {
     "device_id": pl.Int64,
     "device": pl.String,
     "identity": pl.String,  # "uuid", "bus" or "file"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from analysis.frames import PolarsDataType
 from analysis.normalize.classes import OP_CLASS_DTYPE, OpClass, kernel_class_expr, memcpy_class_expr
 from analysis.normalize.devices import fallback_device
 from analysis.read import specs as T
@@ -33,7 +34,7 @@ def tid_of(global_tid: pl.Expr) -> pl.Expr:
     return global_tid % (1 << 24)
 
 
-RANGES_SCHEMA = {
+RANGES_SCHEMA: dict[str, PolarsDataType] = {
     "trace": pl.String,
     "gtid": pl.Int64,
     "pid": pl.Int64,
@@ -46,7 +47,7 @@ RANGES_SCHEMA = {
     "payload": pl.Int64,
 }
 
-OPS_SCHEMA = {
+OPS_SCHEMA: dict[str, PolarsDataType] = {
     "trace": pl.String,
     "gpid": pl.Int64,
     "pid": pl.Int64,
@@ -61,7 +62,7 @@ OPS_SCHEMA = {
     "correlation_id": pl.Int64,
 }
 
-MARKS_SCHEMA = {
+MARKS_SCHEMA: dict[str, PolarsDataType] = {
     "trace": pl.String,
     "host": pl.String,
     "pid": pl.Int64,
@@ -70,7 +71,7 @@ MARKS_SCHEMA = {
     "domain": pl.String,
 }
 
-RUNTIME_SCHEMA = {
+RUNTIME_SCHEMA: dict[str, PolarsDataType] = {
     "trace": pl.String,
     "gtid": pl.Int64,
     "pid": pl.Int64,

@@ -11,10 +11,15 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from analysis.errors import AnalysisError
+from analysis.errors import UnsupportedExport
+from analysis.frames import PolarsDataType
 from analysis.normalize.events import RUNTIME_SCHEMA
 
-CALL_COLUMNS = {"gtid": pl.Int64, "call_start_ns": pl.Int64, "call_end_ns": pl.Int64}
+CALL_COLUMNS: dict[str, PolarsDataType] = {
+    "gtid": pl.Int64,
+    "call_start_ns": pl.Int64,
+    "call_end_ns": pl.Int64,
+}
 _PID_LIMIT = 1 << 24  # pids come from 24 bits of globalTid
 _CORRELATION_LIMIT = 1 << 32  # CUPTI correlation ids are 32-bit
 
@@ -41,7 +46,7 @@ class CallIndex:
             & runtime["correlation_id"].is_between(0, _CORRELATION_LIMIT - 1)
         ).all()
         if not inside:
-            raise AnalysisError(
+            raise UnsupportedExport(
                 "a CUDA API call has a pid or correlationId outside 0..2^24 / 0..2^32 "
                 "(not an nsys export layout this version knows; please report it)"
             )

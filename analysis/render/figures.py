@@ -6,8 +6,9 @@ that lacks its data (no GPU work, no power samples) writes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import cast
 
 import matplotlib
 
@@ -15,15 +16,13 @@ matplotlib.use("Agg")  # headless: clusters and CI have no display
 import matplotlib.pyplot as plt
 import polars as pl
 
+from analysis.model import WINDOW, Analysis
 from analysis.normalize.devices import device_label
 from analysis.render.files import atomic_write
 from nvtx_phases.naming import phase_color
 
 # Same inputs, same bytes: fixed SVG ids and no creation date, so outputs can be diffed.
 matplotlib.rcParams["svg.hashsalt"] = "nvtx-phases"
-
-if TYPE_CHECKING:
-    from analysis.run.pipeline import Analysis
 
 
 def _color(name: str) -> str:
@@ -55,6 +54,11 @@ def step_phases(phases: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _total(data: pl.DataFrame, *columns: str) -> float:
+    """The sum of ``columns`` over every row (nulls ignored)."""
+    return sum(cast(float, data[column].sum()) for column in columns)
+
+
 def _phase_order(data: pl.DataFrame) -> list[str]:
     return (
         data.group_by("canonical")
@@ -69,13 +73,11 @@ _METADATA: dict[str, dict[str, str | None]] = {"png": {}, "svg": {"Date": None}}
 
 def save_figure(fig: plt.Figure, out: Path, stem: str) -> list[Path]:
     """Write ``fig`` as ``stem``.png and .svg under ``out`` (atomically) and close it."""
-    paths = [
-        atomic_write(
-            out / f"{stem}.{ext}",
-            lambda p, e=ext: fig.savefig(p, format=e, dpi=150, metadata=_METADATA[e]),
-        )
-        for ext in ("png", "svg")
-    ]
+
+    def writer(ext: str) -> Callable[[Path], None]:
+        return lambda p: fig.savefig(p, format=ext, dpi=150, metadata=_METADATA[ext])
+
+    paths = [atomic_write(out / f"{stem}.{ext}", writer(ext)) for ext in ("png", "svg")]
     plt.close(fig)
     return paths
 
@@ -114,7 +116,7 @@ def phase_time_per_step(phases: pl.DataFrame, out: Path) -> list[Path]:
 def busy_idle_per_phase(phases: pl.DataFrame, out: Path) -> list[Path]:
     """Bars: GPU busy vs idle time per phase, summed over steps and devices."""
     data = step_phases(phases)
-    if data.is_empty() or data["gpu_busy_ns"].sum() + data["idle_ns"].sum() == 0:
+    if data.is_empty() or _total(data, "gpu_busy_ns", "idle_ns") == 0:
         return []
     per_phase = (
         data.group_by("canonical")
@@ -185,7 +187,7 @@ def phase_share(phases: pl.DataFrame, out: Path) -> list[Path]:
 def data_movement_per_phase(phases: pl.DataFrame, out: Path) -> list[Path]:
     """Per phase: NCCL and memcpy time (bars) and bytes copied (line), summed over steps."""
     data = step_phases(phases)
-    if data.is_empty() or data["nccl_ns"].sum() + data["memcpy_ns"].sum() == 0:
+    if data.is_empty() or _total(data, "nccl_ns", "memcpy_ns") == 0:
         return []
     per_phase = (
         data.group_by("canonical")
@@ -223,7 +225,7 @@ def data_movement_per_phase(phases: pl.DataFrame, out: Path) -> list[Path]:
     twin.set_ylabel("memcpy (MB)")
     ax.set_title("Data movement per phase (all steps)")
     handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
-    ax.legend(handles, [h.get_label() for h in handles], frameon=False, fontsize=8)
+    ax.legend(handles, [str(h.get_label()) for h in handles], frameon=False, fontsize=8)
     fig.tight_layout()
     return save_figure(fig, out, "data_movement_per_phase")
 
@@ -240,7 +242,7 @@ def energy_per_phase_device(phase_devices: pl.DataFrame, out: Path) -> list[Path
     if data.is_empty():
         return []
     per = data.group_by("path", "device").agg(pl.col("energy_j").sum()).sort("path", "device")
-    names = sorted(per["path"].unique().to_list(), key=lambda p: p)
+    names: list[str] = sorted(per["path"].unique().to_list())
     devices = sorted(per["device"].unique().to_list())
     width = 0.8 / len(devices)
     fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(names) + 2), 4))
@@ -267,7 +269,7 @@ def power_timeline(phases: pl.DataFrame, samples: pl.DataFrame | None, out: Path
     bands = phases.filter(
         pl.col("path").str.starts_with("step/")
         & (pl.col("path").str.count_matches("/") == 1)
-        & (pl.col("attribution") == "window")
+        & (pl.col("attribution") == WINDOW)
     ).select("canonical", "start_ns", "end_ns")
     devices = sorted(samples["device"].unique().to_list())
     fig, axes = plt.subplots(

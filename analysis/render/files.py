@@ -1,4 +1,4 @@
-"""Write an :class:`~analysis.run.pipeline.Analysis` to a folder, each file atomically.
+"""Write an :class:`~analysis.model.Analysis` to a folder, each file atomically.
 
 Every file is written to a temporary name in the same folder and renamed into place, so an
 interrupted run never leaves a half-written table; files get the mode the user's umask gives
@@ -22,8 +22,8 @@ from pathlib import Path, PurePosixPath
 
 import polars as pl
 
-from analysis.errors import AnalysisError
-from analysis.run.pipeline import Analysis
+from analysis.errors import OutputError, SavedAnalysisError
+from analysis.model import Analysis, RunSummary
 
 #: the list of files the tool wrote into an output folder (hidden; JSON)
 MANIFEST = ".nvtx-phases-outputs.json"
@@ -72,10 +72,11 @@ def current_umask() -> int:
     return mask
 
 
-def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
+def atomic_write(path: Path, write: Callable[[Path], object]) -> Path:
     """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it to ``path``.
 
-    The file gets mode ``0o666 & ~umask`` (``mkstemp`` alone would leave it ``0o600``).
+    ``write``'s return value is ignored (``Path.write_text`` returns a count). The file gets
+    mode ``0o666 & ~umask`` (``mkstemp`` alone would leave it ``0o600``).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -96,32 +97,28 @@ def check_output_folder(out: str | Path) -> None:
 
     Nothing is created here: a missing folder is created, with its missing parents (``mkdir
     -p``), only when the outputs are written (:func:`output_folder`), so a run that fails on its
-    input leaves nothing behind. Raises :class:`~analysis.errors.AnalysisError`.
+    input leaves nothing behind. Raises :class:`~analysis.errors.OutputError`.
     """
     out = Path(out)
     if out.is_dir():
         try:
             fd, probe = tempfile.mkstemp(prefix=".nvtx-phases-probe.", dir=out)
         except OSError as exc:
-            raise AnalysisError(
-                f"--out {out}: cannot write in this folder ({_reason(exc)})"
+            raise OutputError(
+                f"--out {out}: cannot write in this folder ({exc.strerror or exc})"
             ) from exc
         os.close(fd)
         os.unlink(probe)
         return
     if out.exists() or out.is_symlink():
-        raise AnalysisError(f"--out {out}: exists and is not a folder")
+        raise OutputError(f"--out {out}: exists and is not a folder")
     existing = out.parent
     while not existing.is_dir() and not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise AnalysisError(f"--out {out}: cannot create this folder ({existing} is not a folder)")
+        raise OutputError(f"--out {out}: cannot create this folder ({existing} is not a folder)")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise AnalysisError(f"--out {out}: cannot create this folder ({existing} is not writable)")
-
-
-def _reason(exc: OSError) -> str:
-    return exc.strerror or str(exc)
+        raise OutputError(f"--out {out}: cannot create this folder ({existing} is not writable)")
 
 
 def _relative_name(path: Path, out: Path) -> str | None:
@@ -177,7 +174,7 @@ class OutputSession:
                 self.written.append(Path(path))
         return paths
 
-    def write(self, name: str, write: Callable[[Path], None]) -> Path:
+    def write(self, name: str, write: Callable[[Path], object]) -> Path:
         """:func:`atomic_write` ``out/name`` and record it."""
         return self.add([atomic_write(self.out / name, write)])[0]
 
@@ -243,11 +240,13 @@ def output_folder(out: str | Path, *, keep: Iterable[str] = ()) -> Iterator[Outp
     """
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise AnalysisError(f"--out {out}: exists and is not a folder")
+        raise OutputError(f"--out {out}: exists and is not a folder")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise AnalysisError(f"--out {out}: cannot create this folder ({_reason(exc)})") from exc
+        raise OutputError(
+            f"--out {out}: cannot create this folder ({exc.strerror or exc})"
+        ) from exc
     session = OutputSession(out, keep)
     try:
         yield session
@@ -272,7 +271,7 @@ def write_outputs(analysis: Analysis, out: str | Path) -> list[Path]:
         atomic_write(out / "phases.parquet", analysis.phases.write_parquet),
         atomic_write(out / "phases.csv", analysis.phases.write_csv),
         atomic_write(out / "phase_devices.parquet", analysis.phase_devices.write_parquet),
-        atomic_write(out / "gpu_activity.parquet", _activity_writer(analysis.gpu_activity)),
+        atomic_write(out / "gpu_activity.parquet", _activity_writer(analysis)),
         atomic_write(
             out / "kernels.csv",
             analysis.kernels.with_columns(pl.col("op_class").cast(pl.String)).write_csv,
@@ -285,17 +284,20 @@ def write_outputs(analysis: Analysis, out: str | Path) -> list[Path]:
         ),
         atomic_write(
             out / "summary.json",
-            lambda p: p.write_text(json.dumps(analysis.summary, indent=2) + "\n", encoding="utf-8"),
+            lambda p: p.write_text(
+                json.dumps(analysis.summary.to_dict(), indent=2) + "\n", encoding="utf-8"
+            ),
         ),
     ]
     return written
 
 
-def _activity_writer(activity: pl.DataFrame | pl.LazyFrame) -> Callable[[Path], None]:
-    # a big run's activity is a lazy scan of per-bucket parts: stream it, never collect it
-    if isinstance(activity, pl.LazyFrame):
-        return lambda path: activity.sink_parquet(path)
-    return activity.write_parquet
+def _activity_writer(analysis: Analysis) -> Callable[[Path], object]:
+    # a big run's activity is a lazy scan of per-bucket parts in its work folder: stream it,
+    # never collect it; a small one is in memory and written as it is
+    if analysis.workdir is not None:
+        return lambda path: analysis.gpu_activity.sink_parquet(path)
+    return lambda path: analysis.gpu_activity.collect().write_parquet(path)
 
 
 def load_analysis(folder: str | Path) -> Analysis:
@@ -310,25 +312,24 @@ def load_analysis(folder: str | Path) -> Analysis:
     )
     missing = [name for name in required if not (folder / name).exists()]
     if missing:
-        from analysis.errors import AnalysisError
-
-        msg = f"{folder}: not an analysis folder (missing {', '.join(missing)}); run `nvtx-phases analyze` first"
-        raise AnalysisError(msg)
+        raise SavedAnalysisError(
+            f"{folder}: not an analysis folder (missing {', '.join(missing)}); "
+            "run `nvtx-phases analyze` first"
+        )
     power = folder / "power_samples.parquet"
+    activity = folder / "gpu_activity.parquet"
+    summary = folder / "summary.json"
     return Analysis(
         phases=pl.read_parquet(folder / "phases.parquet"),
         phase_devices=pl.read_parquet(folder / "phase_devices.parquet"),
         # only what per-rank questions need: the full table can be millions of rows
-        gpu_activity=pl.read_parquet(
-            folder / "gpu_activity.parquet", columns=["pid", "device", "dur_ns"]
-        )
-        if (folder / "gpu_activity.parquet").exists()
-        else pl.DataFrame(),
+        gpu_activity=pl.read_parquet(activity, columns=["pid", "device", "dur_ns"]).lazy()
+        if activity.exists()
+        else pl.LazyFrame(),
         kernels=pl.read_csv(folder / "kernels.csv"),
         steps=pl.read_csv(folder / "steps.csv"),
-        summary=json.loads((folder / "summary.json").read_text(encoding="utf-8")),
-        warnings=json.loads((folder / "summary.json").read_text(encoding="utf-8")).get(
-            "warnings", []
+        summary=RunSummary.from_dict(
+            json.loads(summary.read_text(encoding="utf-8")), source=str(summary)
         ),
         power_samples=pl.read_parquet(power) if power.exists() else None,
     )

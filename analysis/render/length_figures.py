@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import polars as pl
@@ -39,7 +40,7 @@ def length_heatmap(responses: pl.DataFrame, out: Path, *, bins: int = 40) -> lis
     if responses.is_empty():
         return []
     steps = sorted(responses["step"].unique().to_list())
-    top = max(int(responses["output_len"].max()), 2)
+    top = max(int(cast(int, responses["output_len"].max())), 2)
     edges = np.logspace(0, np.log10(top + 1), bins + 1)
     grid = np.zeros((bins, len(steps)))
     for j, step in enumerate(steps):

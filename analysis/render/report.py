@@ -13,8 +13,8 @@ from pathlib import Path
 import polars as pl
 
 from analysis.aggregate.steps import over_steps, step_phase_metrics
+from analysis.model import PROJECTION, Analysis
 from analysis.render.files import atomic_write
-from analysis.run.pipeline import Analysis
 
 SUMMARY_COLUMNS = [
     ("path", "phase path", None),
@@ -47,37 +47,34 @@ def _cell(value: object, fmt: str | None) -> str:
 
 def _metadata(analysis: Analysis) -> list[tuple[str, str]]:
     s = analysis.summary
-    traces = s.get("traces", [])
+    gpu, energy = s.gpu, s.energy
     return [
         (
             "traces",
-            ", ".join(
-                f"{t['label']} (nsys {t['nsys_version']}, host {t['host'] or '?'})" for t in traces
-            ),
+            ", ".join(f"{t.label} (nsys {t.nsys_version}, host {t.host or '?'})" for t in s.traces),
         ),
         (
             "GPUs",
-            ", ".join(s.get("gpus", []))
-            or f"{s.get('n_devices', 0)} device(s), model not in the export",
+            ", ".join(s.gpus) or f"{s.n_devices} device(s), model not in the export",
         ),
-        ("NVIDIA driver", ", ".join(s.get("driver_versions", [])) or "not in the export"),
+        ("NVIDIA driver", ", ".join(s.driver_versions) or "not in the export"),
         (
             "ranks (processes launching GPU work)",
-            str(analysis.phases.filter(pl.col("attribution") == "projection")["pid"].n_unique()),
+            str(analysis.phases.filter(pl.col("attribution") == PROJECTION)["pid"].n_unique()),
         ),
-        ("steps", str(s.get("n_steps", 0))),
-        ("GPU operations", f"{s.get('n_gpu_ops', 0):,}"),
+        ("steps", str(s.n_steps)),
+        ("GPU operations", f"{gpu.n_gpu_ops:,}"),
         (
             "GPU time",
-            f"{s.get('total_gpu_ns', 0) / 1e6:,.2f} ms: {s.get('attributed_gpu_ns', 0) / 1e6:,.2f} ms in phases, "
-            f"{s.get('unattributed_gpu_ns', 0) / 1e6:,.2f} ms unattributed (window scheme)",
+            f"{gpu.total_gpu_ns / 1e6:,.2f} ms: {gpu.attributed_gpu_ns / 1e6:,.2f} ms in phases, "
+            f"{gpu.unattributed_gpu_ns / 1e6:,.2f} ms unattributed (window scheme)",
         ),
         (
             "energy",
-            f"{s['total_energy_j']:,.3f} J: {s['attributed_energy_j']:,.3f} J in phases, "
-            f"{s['unattributed_energy_j']:,.3f} J unattributed (source {s.get('power_source')}, "
-            f"sampling every {(s.get('power_interval_ns') or 0) / 1e6:.2f} ms)"
-            if s.get("total_energy_j") is not None
+            f"{energy.total_energy_j:,.3f} J: {energy.attributed_energy_j:,.3f} J in phases, "
+            f"{energy.unattributed_energy_j:,.3f} J unattributed (source {energy.power_source}, "
+            f"sampling every {(energy.power_interval_ns or 0) / 1e6:.2f} ms)"
+            if energy is not None
             else "no power samples",
         ),
     ]

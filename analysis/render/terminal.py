@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from analysis.run.pipeline import Analysis
+from analysis.model import Analysis
 
 
 def _ms(ns: float | None) -> str:
@@ -16,10 +16,10 @@ def _ms(ns: float | None) -> str:
 
 def phase_rich_table(analysis: Analysis, *, max_rows: int = 60) -> Table:
     """Per step and phase: wall time, GPU busy share and where GPU time went."""
-    n_devices = analysis.summary.get("n_devices", 0)
+    n_devices = analysis.summary.n_devices
     has_energy = analysis.phases["energy_j"].null_count() < analysis.phases.height
     table = Table(
-        title=f"Phases per step ({analysis.summary.get('n_steps', 0)} steps, {n_devices} GPU(s))",
+        title=f"Phases per step ({analysis.summary.n_steps} steps, {n_devices} GPU(s))",
         caption="window: driver-side phase, GPU work of all devices inside it; "
         "projection: work launched inside the range (NVIDIA's definition)",
         header_style="bold",
@@ -78,21 +78,21 @@ def phase_rich_table(analysis: Analysis, *, max_rows: int = 60) -> Table:
 def print_report(analysis: Analysis, console: Console, *, max_rows: int = 60) -> None:
     """Print the phase table, the conservation line and any warnings."""
     console.print(phase_rich_table(analysis, max_rows=max_rows))
-    s = analysis.summary
-    total = s["total_gpu_ns"]
-    if total:
+    gpu, energy = analysis.summary.gpu, analysis.summary.energy
+    if gpu.total_gpu_ns:
         console.print(
-            f"GPU time {_ms(total)} ms in {s['n_gpu_ops']:,} operations; "
-            f"window: {_ms(s['attributed_gpu_ns'])} ms attributed + "
-            f"{_ms(s['unattributed_gpu_ns'])} ms unattributed; projection: "
-            f"{_ms(s['projection_attributed_gpu_ns'])} + {_ms(s['projection_unattributed_gpu_ns'])} ms"
+            f"GPU time {_ms(gpu.total_gpu_ns)} ms in {gpu.n_gpu_ops:,} operations; "
+            f"window: {_ms(gpu.attributed_gpu_ns)} ms attributed + "
+            f"{_ms(gpu.unattributed_gpu_ns)} ms unattributed; projection: "
+            f"{_ms(gpu.projection_attributed_gpu_ns)} + {_ms(gpu.projection_unattributed_gpu_ns)} ms"
         )
     else:
         console.print("No GPU activity in these traces (CPU-only capture): wall times only.")
-    if s.get("total_energy_j") is not None:
+    if energy is not None:
         console.print(
-            f"GPU energy {s['total_energy_j']:,.3f} J ({s['power_source']}): "
-            f"{s['attributed_energy_j']:,.3f} J in phases + {s['unattributed_energy_j']:,.3f} J unattributed"
+            f"GPU energy {energy.total_energy_j:,.3f} J ({energy.power_source}): "
+            f"{energy.attributed_energy_j:,.3f} J in phases + "
+            f"{energy.unattributed_energy_j:,.3f} J unattributed"
         )
     for warning in analysis.warnings:
         console.print(Text("warning: " + warning, style="yellow"))

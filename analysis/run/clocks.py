@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
 
-from analysis.errors import AnalysisError
+from analysis.errors import CombineError
 
 #: Gap between capture windows still read as one run: the clock disagreement between hosts this
 #: alignment allows for (NTP: up to ~10 ms). Two separate nsys captures lie seconds apart at the
@@ -51,7 +51,7 @@ class Capture(Protocol):
     pids: list[int]
 
 
-def clock_offsets(traces: list[_Session]) -> tuple[dict[str, int], list[str]]:
+def clock_offsets(traces: Sequence[_Session]) -> tuple[dict[str, int], list[str]]:
     """Offset (ns) to add to each trace's timestamps, keyed by trace label, and warnings."""
     warnings: list[str] = []
     starts = {t.label: t.clock_zero_utc_ns for t in traces}
@@ -120,7 +120,7 @@ def check_combinable(traces: Sequence[Capture], *, force: bool) -> list[str]:
     if not problems:
         return warnings
     if not force:
-        raise AnalysisError(
+        raise CombineError(
             f"files of different runs: {'; '.join(problems)}; "
             f"pass {FORCE_OPTION} to combine them anyway"
         )
@@ -143,12 +143,11 @@ def _window_problems(
             reach = end
     if len(groups) < 2:
         return []
-    parts = []
+    parts: list[str] = []
     previous_end: int | None = None
     for group in groups:
         first, last = windows[group[0].label][0], max(windows[t.label][1] for t in group)
-        start = _utc(first)
-        described = f"{_names(group)} ({start}, lasting {_span(last - first)})"
+        described = f"{_names(group)} ({_utc(first)}, lasting {_span(last - first)})"
         if previous_end is not None:
             described = f"{_span(first - previous_end)} later {described}"
         parts.append(described)

@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from analysis.errors import AnalysisError
+from analysis.errors import InputError, OutputError
 
 #: the extension of an Nsight Systems report
 REPORT_SUFFIX = ".nsys-rep"
@@ -61,7 +61,7 @@ def resolve_trace_inputs(
         if path.is_dir():
             found = folder_inputs(path)
             if not found:
-                raise AnalysisError(
+                raise InputError(
                     f"{path}: folder holds no *.sqlite export and no *{REPORT_SUFFIX} report"
                 )
             for item in found:
@@ -99,7 +99,7 @@ def sqlite_for(
     if not path.name.endswith(REPORT_SUFFIX):
         return path
     if not path.is_file():
-        raise AnalysisError(f"{path}: no such file")
+        raise InputError(f"{path}: no such file")
     beside = path.with_name(path.name[: -len(REPORT_SUFFIX)] + ".sqlite")
     if _fresh(beside, path):
         return beside
@@ -164,7 +164,7 @@ def export_cache_dir() -> Path:
     private = Path(tempfile.gettempdir()) / f"nvtx-phases-{uid}"
     private.mkdir(mode=0o700, exist_ok=True)
     if private.is_symlink() or private.stat().st_uid != uid:  # another user's: not ours to use
-        raise AnalysisError(f"{private}: exists and belongs to another user; set ${CACHE_ENV}")
+        raise OutputError(f"{private}: exists and belongs to another user; set ${CACHE_ENV}")
     return private / "exports"
 
 

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import polars as pl
 
-from analysis.errors import AnalysisError
+from analysis.errors import AnalysisError, MissingDependency
 from analysis.normalize.devices import gpu_identities, unidentified_warning
 from analysis.normalize.events import (
     OP_TABLES,
@@ -195,8 +195,8 @@ def load_all(
     ``spill_dir`` must be readable by this process wherever the loads run (with Ray on a
     cluster: a shared file system, like the exports themselves).
     """
-    options = {"chunk_ops": chunk_ops, "spill_dir": spill_dir}
-    load = partial(load_trace, **options)
+    options: dict[str, Any] = {"chunk_ops": chunk_ops, "spill_dir": spill_dir}
+    load = partial(load_trace, chunk_ops=chunk_ops, spill_dir=spill_dir)
     if engine == "ray":
         return _load_ray(options, paths, labels, on_done)
     if jobs <= 1 or len(paths) <= 1 or engine == "serial":
@@ -222,7 +222,7 @@ def load_all(
 
 
 def _load_ray(
-    options: dict,
+    options: dict[str, Any],
     paths: Sequence[Path],
     labels: Sequence[str],
     on_done: Callable[[str], None] | None,
@@ -230,7 +230,7 @@ def _load_ray(
     try:
         import ray
     except ImportError as exc:
-        raise AnalysisError("--engine ray needs Ray: pip install nvtx-phases[ray]") from exc
+        raise MissingDependency("--engine ray needs Ray: pip install nvtx-phases[ray]") from exc
     if not ray.is_initialized():
         # an existing cluster when RAY_ADDRESS says where; otherwise a local instance
         ray.init(

@@ -11,39 +11,24 @@ from __future__ import annotations
 import itertools
 import shutil
 import tempfile
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import polars as pl
 
-from analysis.attribute.buckets import (
-    PROJECTION,
-    WINDOW,
-    Analysis,
-    Bucket,
-    attribute_buckets,
-    attribute_run,
-    concat_or_empty,
-)
+from analysis.attribute.buckets import Attributed, Bucket, attribute_buckets
 from analysis.attribute.phase_map import PhaseMap, default_phase_map
-from analysis.energy.samples import align, load_samples
-from analysis.errors import AnalysisError
+from analysis.energy.samples import PowerData, align, load_samples
+from analysis.errors import NothingToAnalyze, OutputError
+from analysis.frames import concat_or_empty
+from analysis.model import Analysis, GpuDevice, RunSummary, TraceInfo
 from analysis.normalize.events import MARKS_SCHEMA, NO_RANGES_HINT, RANGES_SCHEMA
 from analysis.normalize.launches import duplicate_warning, orphan_warning
 from analysis.run.clocks import check_combinable, clock_offsets
 from analysis.run.load import Engine, LoadedTrace, load_all, shifted
 from analysis.run.spill import DEFAULT_CHUNK_OPS
 
-__all__ = [
-    "PROJECTION",
-    "WINDOW",
-    "Analysis",
-    "analyze",
-    "attribute_run",
-    "bucket_edges",
-    "find_power_files",
-]
+__all__ = ["analyze", "bucket_edges", "find_power_files"]
 
 
 def find_power_files(paths: Sequence[Path]) -> list[Path]:
@@ -89,19 +74,17 @@ def analyze(
     (:func:`analysis.run.clocks.check_combinable`).
     """
     phase_map = phase_map or default_phase_map()
-    paths = [Path(p) for p in paths]
-    labels = _unique_labels(paths)
+    files = [Path(p) for p in paths]
     try:
         work = Path(tempfile.mkdtemp(prefix="nvtx-phases-", dir=spill_dir))
     except OSError as exc:
-        raise AnalysisError(
+        raise OutputError(
             f"spill folder {spill_dir or tempfile.gettempdir()}: cannot make a work folder "
             f"there ({exc.strerror or exc}); pass --spill-dir with a writable folder"
         ) from None
     try:
         result = _analyze(
-            paths,
-            labels,
+            files,
             work,
             phase_map=phase_map,
             power_files=power_files,
@@ -116,19 +99,16 @@ def analyze(
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    # the operations spilled while reading are done with; activity parts back
-    # result.gpu_activity and go when the result does
+    # the operations spilled while reading are done with; activity parts (if any) back
+    # result.gpu_activity and go when the result is closed
     shutil.rmtree(work / "ops", ignore_errors=True)
-    if (work / "activity").exists():
-        weakref.finalize(result, shutil.rmtree, work, True)
-    else:
+    if result.workdir is None:
         shutil.rmtree(work, ignore_errors=True)
     return result
 
 
 def _analyze(
     paths: list[Path],
-    labels: list[str],
     work: Path,
     *,
     phase_map: PhaseMap,
@@ -141,12 +121,12 @@ def _analyze(
     chunk_ops: int,
     force_combine: bool,
 ) -> Analysis:
-    if progress:
-        progress(f"reading {len(paths)} export(s)")
+    say = progress or (lambda _message: None)
+    say(f"reading {len(paths)} export(s)")
     (work / "ops").mkdir()
     loaded = load_all(
         paths,
-        labels,
+        _unique_labels(paths),
         jobs=jobs,
         engine=engine,
         on_done=on_file_done,
@@ -156,8 +136,7 @@ def _analyze(
     _refuse_empty(loaded)
     offsets, warnings = clock_offsets(loaded)
     warnings += check_combinable(loaded, force=force_combine)
-    for trace in loaded:
-        warnings.extend(trace.warnings)
+    warnings += [w for trace in loaded for w in trace.warnings]
     ranges = concat_or_empty(
         [shifted(t.ranges, offsets[t.label], ("start_ns", "end_ns")) for t in loaded],
         RANGES_SCHEMA,
@@ -165,83 +144,143 @@ def _analyze(
     marks = concat_or_empty(
         [shifted(t.marks, offsets[t.label], ("ts_ns",)) for t in loaded], MARKS_SCHEMA
     )
-    devices = sorted({d for t in loaded for d in t.ops.devices})
-    n_ops = sum(t.ops.n_ops for t in loaded)
-    launch_warnings = duplicate_warning(sum(t.n_duplicated_calls for t in loaded)) + orphan_warning(
-        sum(t.ops.n_orphans for t in loaded), n_ops, sum(t.n_calls for t in loaded)
-    )
     power_paths = (
         [Path(p) for p in power_files] if power_files is not None else find_power_files(paths)
     )
-    power = None
-    if power_paths:
-        if progress:
-            progress("aligning power samples")
-        known = [t.clock_zero_utc_ns for t in loaded if t.clock_zero_utc_ns is not None]
-        power = align(
-            load_samples(power_paths),
-            marks,
-            origin_utc_ns=min(known) if known else None,
-            op_devices=devices,
-            aliases=device_aliases(loaded),
-        )
-        warnings.extend(power.warnings)
-    edges = bucket_edges([t.ops.start_sample + offsets[t.label] for t in loaded], n_ops, chunk_ops)
-    bases = dict(
-        zip(labels, itertools.accumulate([0, *(t.ops.n_ops for t in loaded)]), strict=False)
+    power = _aligned_power(power_paths, marks, loaded, say) if power_paths else None
+    if power is not None:
+        warnings += power.warnings
+    edges = bucket_edges(
+        [t.ops.start_sample + offsets[t.label] for t in loaded],
+        sum(t.ops.n_ops for t in loaded),
+        chunk_ops,
     )
-
-    def buckets() -> Iterator[Bucket]:
-        for number, (lo, hi) in enumerate(edges, start=1):
-            if progress and len(edges) > 1:
-                progress(f"attributing time bucket {number}/{len(edges)}")
-            parts = [
-                t.ops.between(lo, hi, offsets[t.label]).with_columns(
-                    (pl.col("op_local") + bases[t.label]).alias("op_id")
-                )
-                for t in loaded
-            ]
-            yield Bucket(lo, hi, pl.concat(parts).sort("op_id").drop("op_local"))
-
-    if progress:
-        progress(f"attributing {n_ops:,} GPU operations in {len(edges)} bucket(s)")
-    result = attribute_buckets(
+    activity_dir = work / "activity" if len(edges) > 1 else None
+    attributed = attribute_buckets(
         ranges,
         pl.concat([t.ops.launch_threads for t in loaded]).unique(),
-        devices,
-        buckets(),
+        sorted({d for t in loaded for d in t.ops.devices}),
+        _buckets(loaded, offsets, edges, say),
         phase_map,
         power=power,
         idle_power_w=idle_power_w,
-        launch_warnings=launch_warnings,
-        activity_dir=work / "activity" if len(edges) > 1 else None,
+        launch_warnings=_launch_warnings(loaded),
+        activity_dir=activity_dir,
     )
-    warnings += _coverage_warnings(ranges, result)
-    result.warnings[:0] = warnings
-    result.summary.update(
+    warnings += attributed.warnings + _coverage_warnings(ranges, attributed)
+    summary = _run_summary(
+        attributed,
+        loaded,
+        offsets,
+        warnings,
+        n_ranges=ranges.height,
+        n_buckets=len(edges),
+        power_files=[str(p) for p in power_paths],
+    )
+    return Analysis(
+        phases=attributed.phases,
+        phase_devices=attributed.phase_devices,
+        gpu_activity=attributed.gpu_activity,
+        kernels=attributed.kernels,
+        steps=attributed.steps,
+        summary=summary,
+        power_samples=attributed.power_samples,
+        workdir=work if activity_dir is not None and activity_dir.exists() else None,
+    )
+
+
+def _aligned_power(
+    power_paths: list[Path],
+    marks: pl.DataFrame,
+    loaded: Sequence[LoadedTrace],
+    say: Callable[[str], None],
+) -> PowerData:
+    say("aligning power samples")
+    known = [t.clock_zero_utc_ns for t in loaded if t.clock_zero_utc_ns is not None]
+    return align(
+        load_samples(power_paths),
+        marks,
+        origin_utc_ns=min(known) if known else None,
+        op_devices=sorted({d for t in loaded for d in t.ops.devices}),
+        aliases=device_aliases(loaded),
+    )
+
+
+def _launch_warnings(loaded: Sequence[LoadedTrace]) -> list[str]:
+    n_ops = sum(t.ops.n_ops for t in loaded)
+    return duplicate_warning(sum(t.n_duplicated_calls for t in loaded)) + orphan_warning(
+        sum(t.ops.n_orphans for t in loaded), n_ops, sum(t.n_calls for t in loaded)
+    )
+
+
+def _buckets(
+    loaded: Sequence[LoadedTrace],
+    offsets: dict[str, int],
+    edges: list[tuple[int | None, int | None]],
+    say: Callable[[str], None],
+) -> Iterator[Bucket]:
+    """Each time bucket's operations from every file, on the run's clock, with run-wide op ids."""
+    bases = dict(
+        zip(
+            [t.label for t in loaded],
+            itertools.accumulate([0, *(t.ops.n_ops for t in loaded)]),
+            strict=False,
+        )
+    )
+    say(
+        f"attributing {sum(t.ops.n_ops for t in loaded):,} GPU operations in {len(edges)} bucket(s)"
+    )
+    for number, (lo, hi) in enumerate(edges, start=1):
+        if len(edges) > 1:
+            say(f"attributing time bucket {number}/{len(edges)}")
+        parts = [
+            t.ops.between(lo, hi, offsets[t.label]).with_columns(
+                (pl.col("op_local") + bases[t.label]).alias("op_id")
+            )
+            for t in loaded
+        ]
+        yield Bucket(lo, hi, pl.concat(parts).sort("op_id").drop("op_local"))
+
+
+def _run_summary(
+    attributed: Attributed,
+    loaded: Sequence[LoadedTrace],
+    offsets: dict[str, int],
+    warnings: list[str],
+    *,
+    n_ranges: int,
+    n_buckets: int,
+    power_files: list[str],
+) -> RunSummary:
+    return RunSummary(
+        gpu=attributed.gpu,
+        window_timeline=attributed.window_timeline,
+        n_phase_ranges=attributed.n_phase_ranges,
+        n_devices=attributed.n_devices,
+        n_steps=attributed.steps.height,
+        energy=attributed.energy,
         gpus=sorted({name for t in loaded for name in t.gpus}),
         driver_versions=sorted({t.driver_version for t in loaded if t.driver_version}),
         traces=[
-            {
-                "label": t.label,
-                "path": str(t.path),
-                "nsys_version": t.nsys_version,
-                "host": t.host,
-                "session_start_utc_ns": t.session_start_utc_ns,
-                "clock_zero_utc_ns": t.clock_zero_utc_ns,
-                "clock_offset_ns": offsets[t.label],
-                "missing_tables": t.missing_tables,
-            }
+            TraceInfo(
+                label=t.label,
+                path=str(t.path),
+                nsys_version=t.nsys_version,
+                host=t.host,
+                session_start_utc_ns=t.session_start_utc_ns,
+                clock_zero_utc_ns=t.clock_zero_utc_ns,
+                clock_offset_ns=offsets[t.label],
+                missing_tables=t.missing_tables,
+            )
             for t in loaded
         ],
         missing_tables=sorted({m for t in loaded for m in t.missing_tables}),
         devices=_device_table(loaded),
-        n_ranges=ranges.height,
-        n_buckets=len(edges),
-        power_files=[str(p) for p in power_paths],
-        warnings=result.warnings,
+        n_ranges=n_ranges,
+        n_buckets=n_buckets,
+        power_files=power_files,
+        warnings=warnings,
     )
-    return result
 
 
 def _refuse_empty(loaded: Sequence[LoadedTrace]) -> None:
@@ -252,9 +291,9 @@ def _refuse_empty(loaded: Sequence[LoadedTrace]) -> None:
     # NVTX that holds only domain events: the cause has a known fix, say it
     cause = next((w for t in loaded for w in t.warnings if NO_RANGES_HINT in w), None)
     if cause is not None:
-        raise AnalysisError(f"nothing to analyze: {cause}")
+        raise NothingToAnalyze(f"nothing to analyze: {cause}")
     missing = sorted({m for t in loaded for m in t.missing_tables})
-    raise AnalysisError(
+    raise NothingToAnalyze(
         f"{names}: nothing to analyze: no NVTX range and no GPU operation"
         + (f" (the capture has no {', '.join(missing)})" if missing else "")
         + "; capture with --trace=cuda,nvtx"
@@ -277,30 +316,30 @@ def device_aliases(loaded: Sequence[LoadedTrace]) -> dict[str, str]:
     return {alias: next(iter(d)) for alias, d in seen.items() if len(d) == 1}
 
 
-def _device_table(loaded: Sequence[LoadedTrace]) -> list[dict]:
+def _device_table(loaded: Sequence[LoadedTrace]) -> list[GpuDevice]:
     """The run's physical GPUs: name, how each is identified, and the files that used it."""
-    rows: dict[str, dict] = {}
+    rows: dict[str, GpuDevice] = {}
     for trace in loaded:
         described = {r["device"]: r for r in trace.gpu_identities.iter_rows(named=True)}
         for device in trace.ops.devices:
             info = described.get(device, {})
             row = rows.setdefault(
                 device,
-                {
-                    "device": device,
-                    "identity": info.get("identity") or "file",
-                    "gpu_name": info.get("gpu_name"),
-                    "uuid": info.get("uuid"),
-                    "bus_location": info.get("bus_location"),
-                    "host": trace.host,
-                    "traces": [],
-                },
+                GpuDevice(
+                    device=device,
+                    identity=info.get("identity") or "file",
+                    gpu_name=info.get("gpu_name"),
+                    uuid=info.get("uuid"),
+                    bus_location=info.get("bus_location"),
+                    host=trace.host,
+                    traces=[],
+                ),
             )
-            row["traces"].append(trace.label)
+            row.traces.append(trace.label)
     return [rows[d] for d in sorted(rows)]
 
 
-def _coverage_warnings(ranges: pl.DataFrame, result: Analysis) -> list[str]:
+def _coverage_warnings(ranges: pl.DataFrame, result: Attributed) -> list[str]:
     """Say why a table is empty or why GPU time has no detail, instead of staying silent."""
     warnings = []
     if ranges.height and not result.phases.height:
@@ -309,10 +348,10 @@ def _coverage_warnings(ranges: pl.DataFrame, result: Analysis) -> list[str]:
             f"{ranges.height} NVTX range(s) (e.g. {', '.join(repr(n) for n in names)}) but none "
             "is a known phase: pass --all-ranges, or --phase-map FILE.toml naming yours"
         )
-    n_graphs = result.summary.get("n_graphs", 0)
+    n_graphs = result.gpu.n_graphs
     if n_graphs:
         warnings.append(
-            f"{n_graphs} CUDA graph launch(es) ({result.summary['graph_ns'] / 1e6:.3f} ms) were "
+            f"{n_graphs} CUDA graph launch(es) ({result.gpu.graph_ns / 1e6:.3f} ms) were "
             "recorded whole (--cuda-graph-trace=graph): counted as class cuda_graph; per-kernel "
             "detail inside graphs needs --cuda-graph-trace=node"
         )

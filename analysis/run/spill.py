@@ -16,7 +16,8 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.errors import AnalysisError
+from analysis.errors import OutputError
+from analysis.frames import PolarsDataType
 from analysis.normalize.events import OPS_SCHEMA
 from analysis.normalize.launches import CALL_COLUMNS, CallIndex
 
@@ -27,7 +28,7 @@ DEFAULT_CHUNK_OPS = 2_000_000
 #: One start time in this many is kept to place bucket edges.
 SAMPLE_EVERY = 256
 
-STORE_SCHEMA = {**OPS_SCHEMA, **CALL_COLUMNS, "op_local": pl.Int64}
+STORE_SCHEMA: dict[str, PolarsDataType] = {**OPS_SCHEMA, **CALL_COLUMNS, "op_local": pl.Int64}
 
 
 @dataclass
@@ -88,11 +89,9 @@ def collect_ops(
     threads: list[pl.Series] = []
     n_ops = n_orphans = 0
 
-    def spill() -> None:
+    def spill(folder: Path) -> None:
         nonlocal held, held_rows
-        if spill_dir is None:
-            raise RuntimeError("spilling needs a spill folder")
-        part = spill_dir / f"ops-{_safe(label)}-{len(files):05d}.parquet"
+        part = folder / f"ops-{_safe(label)}-{len(files):05d}.parquet"
         # sorted by start, in modest row groups: a bucket's filter then skips most groups
         write_part(pl.concat(held).sort("start_ns"), part)
         files.append(part)
@@ -114,9 +113,9 @@ def collect_ops(
         held.append(linked)
         held_rows += linked.height
         if held_rows >= chunk_ops and spill_dir is not None:
-            spill()
-    if files and held:
-        spill()
+            spill(spill_dir)
+    if files and held and spill_dir is not None:
+        spill(spill_dir)
     frame = None
     if not files:
         frame = pl.concat(held) if held else pl.DataFrame(schema=STORE_SCHEMA)
@@ -151,7 +150,7 @@ def write_part(frame: pl.DataFrame, part: Path) -> None:
     try:
         frame.write_parquet(part, row_group_size=65_536, compression="lz4")
     except OSError as exc:
-        raise AnalysisError(
+        raise OutputError(
             f"spill folder {part.parent}: cannot write {part.name} ({exc}); "
             "free space there or pass --spill-dir elsewhere"
         ) from None

@@ -15,11 +15,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import cast
 
 import polars as pl
 
-from analysis.errors import AnalysisError
-from analysis.run.pipeline import Analysis
+from analysis.errors import InputError, WorkloadInputError
+from analysis.model import WINDOW, Analysis
 
 STAGES = (
     "gen",
@@ -49,7 +50,7 @@ def read_verl_log(path: str | Path) -> pl.DataFrame:
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
-        raise AnalysisError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     rows: list[tuple[int, str, float]] = []
     for line in text.splitlines():
         line = _ANSI.sub("", line).strip()
@@ -75,7 +76,7 @@ def read_verl_log(path: str | Path) -> pl.DataFrame:
             step = int(match.group(1))
             rows += [(step, k, float(v)) for k, v in _PAIR.findall(match.group(2))]
     if not rows:
-        raise AnalysisError(
+        raise WorkloadInputError(
             f"{path}: no VeRL metrics found (console 'step:N - key:value' or file-logger JSON lines)"
         )
     return pl.DataFrame(
@@ -85,9 +86,7 @@ def read_verl_log(path: str | Path) -> pl.DataFrame:
 
 def stage_times(analysis: Analysis) -> pl.DataFrame:
     """Per step and stage: the trace's wall time of the driver phase (s)."""
-    rows = analysis.phases.filter(
-        pl.col("step").is_not_null() & (pl.col("attribution") == "window")
-    )
+    rows = analysis.phases.filter(pl.col("step").is_not_null() & (pl.col("attribution") == WINDOW))
     stage = (
         pl.when(pl.col("path") == "step")
         .then(pl.lit("step"))
@@ -155,7 +154,7 @@ def compare_with_log(analysis: Analysis, log: pl.DataFrame) -> tuple[pl.DataFram
     )
     summary = {
         "stages": {row.pop("stage"): row for row in per_stage.iter_rows(named=True)},
-        "overall_accuracy_pct": float(100 - both["error_pct"].abs().mean())
+        "overall_accuracy_pct": float(100 - cast(float, both["error_pct"].abs().mean()))
         if both.height
         else None,
         "n_pairs": both.height,

@@ -13,11 +13,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
 
-from analysis.errors import AnalysisError
+from analysis.errors import MissingDependency, WorkloadInputError
 
 #: how to get what the fits need (an optional extra: scipy and scikit-learn, ~200 MB installed)
 FIT_HINT = "pip install 'nvtx-phases[fit]'"
@@ -34,11 +35,11 @@ def missing_fit_dependencies() -> list[str]:
     return missing
 
 
-def _scipy():
+def _scipy() -> Any:
     try:
         from scipy import stats
     except ImportError as exc:  # an optional extra: say how to get it
-        raise AnalysisError(f"length fits need scipy and scikit-learn: {FIT_HINT}") from exc
+        raise MissingDependency(f"length fits need scipy and scikit-learn: {FIT_HINT}") from exc
     return stats
 
 
@@ -61,7 +62,7 @@ def fit_gmm(pairs: np.ndarray, *, max_components: int = 4, seed: int = 0) -> dic
     try:
         from sklearn.mixture import GaussianMixture
     except ImportError as exc:
-        raise AnalysisError(f"length fits need scipy and scikit-learn: {FIT_HINT}") from exc
+        raise MissingDependency(f"length fits need scipy and scikit-learn: {FIT_HINT}") from exc
 
     best, best_bic = None, np.inf
     for k in range(1, min(max_components, len(pairs)) + 1):
@@ -71,6 +72,8 @@ def fit_gmm(pairs: np.ndarray, *, max_components: int = 4, seed: int = 0) -> dic
         bic = model.bic(pairs)
         if bic < best_bic:
             best, best_bic = model, bic
+    if best is None:  # no pairs, or no component count gave a finite BIC
+        raise WorkloadInputError(f"no Gaussian mixture fits these {len(pairs)} length pair(s)")
     cov = np.cov(pairs, rowvar=False)
     corr = float(np.corrcoef(pairs, rowvar=False)[0, 1]) if len(pairs) > 1 else 0.0
     return {
@@ -94,7 +97,7 @@ def fit_task(responses: pl.DataFrame, task: str = "task", *, seed: int = 0) -> d
     """All fits for one task's responses (``input_len``, ``output_len``), PolyTrace layout."""
     rows = responses.filter(~pl.col("validate")) if "validate" in responses.columns else responses
     if rows.height < 10:
-        raise AnalysisError(f"too few responses to fit ({rows.height}; need at least 10)")
+        raise WorkloadInputError(f"too few responses to fit ({rows.height}; need at least 10)")
     inputs = rows["input_len"].to_numpy().astype(float)
     outputs = rows["output_len"].to_numpy().astype(float)
     return {
@@ -119,7 +122,7 @@ def parameter_file(tasks: dict[str, dict], source: str) -> dict:
 def read_parameter_file(path: str | Path) -> dict[str, dict]:
     """The tasks of a parameter file that carry a mixture to sample from, by task name.
 
-    Raises :class:`AnalysisError` for a file that is not JSON, not a parameter file, or has no
+    Raises :class:`~analysis.errors.WorkloadInputError` for a file that is not JSON, not a parameter file, or has no
     task with ``gmm_parameters``; each task's mixture is checked by :func:`gmm_arrays`.
     """
     path = Path(path)
@@ -127,21 +130,23 @@ def read_parameter_file(path: str | Path) -> dict[str, dict]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise AnalysisError(f"{path}: not a JSON parameter file ({exc})") from exc
+        raise WorkloadInputError(f"{path}: not a JSON parameter file ({exc})") from exc
     if not isinstance(data, dict):
-        raise AnalysisError(f"{path}: not a parameter file (a JSON object of <task>_task entries)")
+        raise WorkloadInputError(
+            f"{path}: not a parameter file (a JSON object of <task>_task entries)"
+        )
     tasks = {
         key.removesuffix("_task"): value
         for key, value in data.items()
         if key.endswith("_task") and isinstance(value, dict) and "gmm_parameters" in value
     }
     if not tasks:
-        raise AnalysisError(f"{path}: no task with gmm_parameters")
+        raise WorkloadInputError(f"{path}: no task with gmm_parameters")
     for name, task in tasks.items():
         try:
             gmm_arrays(task)
-        except AnalysisError as exc:
-            raise AnalysisError(f"{path}: task '{name}': {exc}") from None
+        except WorkloadInputError as exc:
+            raise WorkloadInputError(f"{path}: task '{name}': {exc}") from None
     return tasks
 
 
@@ -149,32 +154,32 @@ def gmm_arrays(task: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(weights, means, covariances) of a task's mixture, checked.
 
     k weights ≥ 0 summing to more than 0, k means of (input, output), k symmetric positive
-    semi-definite 2×2 covariances, all finite; else :class:`AnalysisError`.
+    semi-definite 2×2 covariances, all finite; else :class:`~analysis.errors.WorkloadInputError`.
     """
     gmm = task.get("gmm_parameters")
     if not isinstance(gmm, dict) or not {"weights", "means", "covariances"} <= set(gmm):
-        raise AnalysisError("gmm_parameters needs weights, means and covariances")
+        raise WorkloadInputError("gmm_parameters needs weights, means and covariances")
     try:
         weights = np.asarray(gmm["weights"], dtype=float)
         means = np.asarray(gmm["means"], dtype=float)
         covs = np.asarray(gmm["covariances"], dtype=float)
     except (TypeError, ValueError) as exc:
-        raise AnalysisError(f"gmm_parameters are not arrays of numbers ({exc})") from None
+        raise WorkloadInputError(f"gmm_parameters are not arrays of numbers ({exc})") from None
     k = weights.shape[0] if weights.ndim == 1 else -1
     if k < 1 or means.shape != (k, 2) or covs.shape != (k, 2, 2):
-        raise AnalysisError(
+        raise WorkloadInputError(
             "gmm_parameters need k weights, k means of 2 and k 2×2 covariances; got shapes "
             f"{weights.shape}, {means.shape}, {covs.shape}"
         )
     if not (np.isfinite(weights).all() and np.isfinite(means).all() and np.isfinite(covs).all()):
-        raise AnalysisError("gmm_parameters hold a non-finite number")
+        raise WorkloadInputError("gmm_parameters hold a non-finite number")
     if (weights < 0).any() or weights.sum() <= 0:
-        raise AnalysisError("gmm weights must be ≥ 0 and sum to more than 0")
+        raise WorkloadInputError("gmm weights must be ≥ 0 and sum to more than 0")
     if (
         not np.allclose(covs, covs.transpose(0, 2, 1))
         or (np.linalg.eigvalsh(covs).min(axis=1) < -1e-9 * np.abs(covs).max(axis=(1, 2))).any()
     ):
-        raise AnalysisError("a gmm covariance is not symmetric positive semi-definite")
+        raise WorkloadInputError("a gmm covariance is not symmetric positive semi-definite")
     return weights, means, covs
 
 

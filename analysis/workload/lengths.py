@@ -15,7 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.errors import AnalysisError
+from analysis.errors import InputError, WorkloadInputError
 
 PACKED_GLOB = "packed_lengths_step_*.jsonl"
 REWARD_GLOB = "reward_timings_step_*.jsonl"
@@ -32,21 +32,21 @@ REWARD_REQUIRED = (
 
 
 def _read_json_lines(file: Path) -> pl.DataFrame:
-    """A JSON-lines file as a frame; an unreadable or malformed file is an AnalysisError."""
+    """A JSON-lines file as a frame; a malformed file is a WorkloadInputError."""
     try:
         return pl.read_ndjson(file, infer_schema_length=None)
     except OSError:
         raise
     except Exception as exc:  # polars raises ComputeError and others for bad JSON
-        raise AnalysisError(f"{file}: not JSON lines ({_first_line(exc)})") from exc
+        raise WorkloadInputError(f"{file}: not JSON lines ({_first_line(exc)})") from exc
 
 
 def _typed(file: Path, frame: pl.DataFrame, *columns: pl.Expr) -> pl.DataFrame:
-    """``frame.select(*columns)``; a field of the wrong type is an AnalysisError naming ``file``."""
+    """``frame.select(*columns)``; a field of the wrong type is a WorkloadInputError naming it."""
     try:
         return frame.select(*columns)
     except pl.exceptions.PolarsError as exc:  # e.g. "input": "abc", or "output": 3
-        raise AnalysisError(
+        raise WorkloadInputError(
             f"{file}: a field has the wrong type for its layout ({_first_line(exc)})"
         ) from exc
 
@@ -74,7 +74,7 @@ def _records(
         frame = _read_json_lines(file)
         missing = [c for c in required if c not in frame.columns]
         if missing:
-            raise AnalysisError(
+            raise WorkloadInputError(
                 f"{file}: lacks field(s) {', '.join(missing)} of the {layout} layout"
             )
         yield file, frame
@@ -88,7 +88,7 @@ def read_packed_lengths(paths: Sequence[str | Path]) -> pl.DataFrame:
     """
     files = _files(paths, PACKED_GLOB)
     if not files:
-        raise AnalysisError(f"no {PACKED_GLOB} file in {', '.join(map(str, paths))}")
+        raise InputError(f"no {PACKED_GLOB} file in {', '.join(map(str, paths))}")
     frames = [
         _typed(
             file,
@@ -185,13 +185,14 @@ def drift(stats: pl.DataFrame) -> pl.DataFrame:
             sx, sy = steps - steps.mean(), values - values.mean()
             denom = float((sx * sx).sum())
             slope = float((sx * sy).sum()) / denom if denom else None
-        first, last = (float(values[0]), float(values[-1])) if n else (None, None)
+        first = float(values[0]) if n else None
+        last = float(values[-1]) if n else None
         rows.append(
             {
                 "statistic": column,
                 "first": first,
                 "last": last,
-                "change_pct": (last - first) / first * 100 if first else None,
+                "change_pct": (last - first) / first * 100 if first and last is not None else None,
                 "slope_per_step": slope,
             }
         )

@@ -14,7 +14,7 @@ from __future__ import annotations
 import polars as pl
 
 from analysis.energy.samples import PowerData, cumulative_energy, energy_at
-from analysis.run.pipeline import Analysis
+from analysis.model import PROJECTION, WINDOW, Analysis
 
 GENERATION_PHASES = ("generate_sequences", "generation")
 
@@ -66,7 +66,9 @@ def generation_tails(analysis: Analysis, lengths_stats: pl.DataFrame | None = No
     samples = analysis.power_samples
     if samples is not None and samples.height:
         power = PowerData(
-            samples=samples, source=analysis.summary.get("power_source") or "", interval_ns=None
+            samples=samples,
+            source=analysis.summary.energy.power_source if analysis.summary.energy else "",
+            interval_ns=None,
         )
         cum = cumulative_energy(power)
         start = energy_at(cum, gen.select("device", pl.col("gen_end_ns").alias("t_ns")))["cum_j"]
@@ -94,7 +96,7 @@ def generation_tails(analysis: Analysis, lengths_stats: pl.DataFrame | None = No
 def phase_imbalance(analysis: Analysis) -> pl.DataFrame:
     """Per step and projection phase: max/mean of the ranks' wall time (1 = balanced)."""
     rows = analysis.phases.filter(
-        (pl.col("attribution") == "projection") & pl.col("step").is_not_null()
+        (pl.col("attribution") == PROJECTION) & pl.col("step").is_not_null()
     )
     return (
         rows.group_by("step", "canonical")
@@ -115,7 +117,7 @@ def energy_per_token(analysis: Analysis, lengths_stats: pl.DataFrame) -> pl.Data
     (every sampled GPU). Null where the run has no power samples.
     """
     window = analysis.phases.filter(
-        (pl.col("attribution") == "window") & pl.col("path").is_in(["step", "step/gen"])
+        (pl.col("attribution") == WINDOW) & pl.col("path").is_in(["step", "step/gen"])
     )
     energy = window.group_by("step").agg(
         pl.col("energy_j").filter(pl.col("path") == "step/gen").sum().alias("gen_energy_j"),

@@ -1,0 +1,84 @@
+"""The per-operation table: every GPU operation with its step and phase under each scheme."""
+
+from __future__ import annotations
+
+import polars as pl
+
+
+def gpu_activity(
+    ops: pl.DataFrame,
+    pairs: pl.DataFrame,
+    pieces: pl.DataFrame,
+    phases: pl.DataFrame,
+    steps: pl.DataFrame,
+) -> pl.DataFrame:
+    """Every GPU operation with its step and phase path under each scheme (null: unattributed)."""
+    info = phases.select("rid", "path", "step", "level")
+    innermost_proj = (
+        pairs.join(info, on="rid")
+        .sort(["op_id", "level"], descending=[False, True])
+        .unique(subset="op_id", keep="first")
+        .select(
+            "op_id",
+            pl.col("path").alias("projection_path"),
+            pl.col("step").alias("projection_step"),
+        )
+    )
+    at_start = (
+        pieces.filter(pl.col("first_piece"))
+        .select("op_id", "rid")
+        .join(info, on="rid", how="left")
+        .select(
+            "op_id",
+            pl.col("path").alias("window_path"),
+            pl.col("step").alias("window_step_of_phase"),
+        )
+    )
+    owners = (
+        pieces.filter(pl.col("overlap_ns") > 0)
+        .group_by("op_id")
+        .agg((pl.col("rid").n_unique() > 1).alias("window_split"))
+    )
+    activity = (
+        ops.join(innermost_proj, on="op_id", how="left")
+        .join(at_start, on="op_id", how="left")
+        .join(owners, on="op_id", how="left")
+    )
+    if steps.height:
+        # the step window containing each start: a binary search over the (few, sorted) steps
+        # instead of sorting a million operations for an as-of join
+        windows = steps.sort("step_start_ns")
+        index = (
+            windows["step_start_ns"]
+            .search_sorted(activity["start_ns"], side="right")
+            .cast(pl.Int64)
+            - 1
+        )
+        safe = index.clip(lower_bound=0)
+        inside = (index >= 0) & (activity["start_ns"] < windows["step_end_ns"].gather(safe))
+        activity = activity.with_columns(
+            pl.when(pl.lit(inside)).then(pl.lit(windows["step"].gather(safe))).alias("step")
+        )
+    else:
+        activity = activity.with_columns(pl.lit(None, dtype=pl.Int64).alias("step"))
+    return activity.select(
+        "op_id",
+        "trace",
+        "pid",
+        pl.col("gtid").alias("launch_gtid"),
+        "device",
+        "stream",
+        "kind",
+        pl.col("op_class").cast(pl.String),
+        "name",
+        "start_ns",
+        "end_ns",
+        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
+        "bytes",
+        "correlation_id",
+        "projection_step",
+        "projection_path",
+        pl.coalesce("window_step_of_phase", "step").alias("window_step"),
+        "window_path",
+        pl.col("window_split").fill_null(False),
+    ).sort("op_id")

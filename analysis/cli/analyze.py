@@ -1,0 +1,232 @@
+"""``analyze`` and ``report``: one run's tables, figures, printed phase table and HTML report."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, cast
+
+import typer
+from rich.text import Text
+
+from analysis.cli.app import (
+    ForceCombine,
+    app,
+    console,
+    fail,
+    note,
+    out_option,
+    print_written,
+    spinner,
+)
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+    from analysis.jobs import AnalysisOutputs, Reporter
+    from analysis.run.load import Engine
+
+Traces = Annotated[
+    list[Path],
+    typer.Argument(help="nsys SQLite exports of one run (files, or folders of *.sqlite)."),
+]
+PhaseMapFile = Annotated[
+    Path | None,
+    typer.Option("--phase-map", help="TOML file that extends or renames the phase names."),
+]
+AllRanges = Annotated[bool, typer.Option("--all-ranges", help="Treat every NVTX range as a phase.")]
+Power = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--power",
+        help="NVML power samples (Parquet); default: <trace>.power.parquet and "
+        "power_*.parquet beside the traces.",
+    ),
+]
+NoPower = Annotated[bool, typer.Option("--no-power", help="Ignore power samples.")]
+IdlePower = Annotated[
+    float | None,
+    typer.Option(help="Idle power per GPU (W) for energy above idle; default: measured."),
+]
+Figures = Annotated[bool, typer.Option(help="Write figures under OUT/figures.")]
+MaxRows = Annotated[int, typer.Option(help="Rows of the printed table (all go to files).")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Print no table.")]
+Jobs = Annotated[
+    int, typer.Option("--jobs", "-j", min=1, help="Read this many exports in parallel.")
+]
+EngineName = Annotated[
+    str,
+    typer.Option(
+        help="Where parallel reads run: 'process' (a local pool) or 'ray' (Ray tasks; an "
+        "existing cluster via RAY_ADDRESS). Results are the same."
+    ),
+]
+ChunkOps = Annotated[
+    int | None,
+    typer.Option(
+        min=1000,
+        help="Most GPU operations held in memory at once (default 2,000,000: peak about 1.7 GB). "
+        "Bigger runs spill to Parquet and are attributed in time buckets; same result.",
+    ),
+]
+SpillDir = Annotated[
+    Path | None,
+    typer.Option(
+        help="Folder for spilled operations (default: the system temp folder; with "
+        "--engine ray on a cluster, a shared file system)."
+    ),
+]
+
+
+@contextmanager
+def read_bar() -> Iterator[Reporter]:
+    """A reporter with a transient progress bar over the exports, from when reading begins."""
+    from analysis.jobs import Reporter
+
+    bar: Progress | None = None
+    task: TaskID | None = None
+
+    def begin(total: int) -> None:
+        nonlocal bar, task
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        columns = (
+            TextColumn("{task.description}", markup=False),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+        )
+        bar = Progress(*columns, console=console, transient=True)
+        bar.start()
+        task = bar.add_task("reading exports", total=total)
+
+    def describe(text: str) -> None:
+        if bar is not None and task is not None:
+            bar.update(task, description=text)
+
+    def file_done(label: str) -> None:
+        if bar is not None and task is not None:
+            bar.update(task, advance=1, description=f"read {label}")
+
+    try:
+        yield Reporter(note=note, stage=describe, detail=describe, begin=begin, file_done=file_done)
+    finally:
+        if bar is not None:
+            bar.stop()
+
+
+def analyze_and_print(
+    run: Callable[[Reporter], AnalysisOutputs], out: Path, *, max_rows: int, quiet: bool = False
+) -> None:
+    """Run ``run`` (an :func:`analysis.jobs.analyze_to` call) under a progress bar; print.
+
+    Prints the phase table (``quiet``: only the warnings), then ``wrote N files to OUT/``.
+    """
+    with read_bar() as reporter:
+        done = run(reporter)
+    with done:
+        if not quiet:
+            from analysis.render.terminal import print_report
+
+            print_report(done.analysis, console, max_rows=max_rows)
+        else:  # quiet drops the table, never the warnings
+            for warning in done.analysis.warnings:
+                console.print(Text("warning: " + warning, style="yellow"))
+    print_written(done.written, out)
+
+
+@app.command()
+def analyze(
+    traces: Traces,
+    out: Annotated[Path, out_option("Folder for tables and figures.")] = Path("out"),
+    phase_map: PhaseMapFile = None,
+    all_ranges: AllRanges = False,
+    power: Power = None,
+    no_power: NoPower = False,
+    idle_power_w: IdlePower = None,
+    figures: Figures = True,
+    max_rows: MaxRows = 60,
+    quiet: Quiet = False,
+    jobs: Jobs = 1,
+    engine: EngineName = "process",
+    chunk_ops: ChunkOps = None,
+    spill_dir: SpillDir = None,
+    force_combine: ForceCombine = False,
+) -> None:
+    """Attribute GPU kernels, NCCL, memcpy, memset and energy to NVTX phases, per step and rank.
+
+    Writes OUT/phases.parquet|csv, phase_devices.parquet, gpu_activity.parquet, kernels.csv,
+    steps.csv and summary.json, then prints the per-step phase table. With power samples, the
+    phases also get energy_j, avg/peak power and energy above idle.
+    """
+    if engine not in ("process", "ray"):
+        raise fail(f"--engine must be 'process' or 'ray', not '{engine}'")
+    from analysis.jobs import analyze_to
+
+    analyze_and_print(
+        lambda reporter: analyze_to(
+            traces,
+            out,
+            phase_map=phase_map,
+            all_ranges=all_ranges,
+            power_files=[] if no_power else power,
+            idle_power_w=idle_power_w,
+            figures=figures,
+            jobs=jobs,
+            engine=cast("Engine", engine),
+            chunk_ops=chunk_ops,
+            spill_dir=spill_dir,
+            force_combine=force_combine,
+            reporter=reporter,
+        ),
+        out,
+        max_rows=max_rows,
+        quiet=quiet,
+    )
+
+
+@app.command()
+def report(
+    inputs: Annotated[
+        list[Path],
+        typer.Argument(help="An analysis folder (from `analyze`), or the traces of one run."),
+    ],
+    out: Annotated[Path, out_option("Folder for the report.")] = Path("report"),
+    idle_power_w: Annotated[
+        float | None, typer.Option(help="Idle power per GPU (W); default: measured.")
+    ] = None,
+    lengths: Annotated[
+        Path | None,
+        typer.Option(
+            help="Response-length records (PolyTrace layout); default: <trace>_lengths/ or "
+            "lengths/ beside the inputs."
+        ),
+    ] = None,
+    cap: Annotated[int | None, typer.Option(help="Max response length (fraction at cap).")] = None,
+    force_combine: ForceCombine = False,
+) -> None:
+    """Write report.html (self-contained) and report.md: metadata, phase table, figures, warnings.
+
+    With response-length records, also length statistics per step and rollout stragglers.
+    """
+    from analysis.jobs import build_report
+
+    with spinner() as reporter:
+        written = build_report(
+            inputs,
+            out,
+            lengths=lengths,
+            cap=cap,
+            idle_power_w=idle_power_w,
+            force_combine=force_combine,
+            reporter=reporter,
+        )
+    for path in written:
+        console.print(f"wrote {path}")

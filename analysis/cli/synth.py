@@ -1,0 +1,76 @@
+"""``synth``: a synthetic VeRL-like GRPO run (or a Ray-style capture) as nsys SQLite exports."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from analysis.cli.app import app, console
+
+RewardModel = Annotated[
+    bool, typer.Option(help="Score with a reward model on the GPUs (else a CPU rule function).")
+]
+Lengths = Annotated[
+    bool, typer.Option(help="Also write response-length records (PolyTrace layout).")
+]
+Split = Annotated[bool, typer.Option(help="One export per process, with staggered session starts.")]
+CudaGraphs = Annotated[
+    bool | None,
+    typer.Option(
+        "--cuda-graphs/--no-cuda-graphs",
+        help="Decode steps as whole CUDA graph executions (--cuda-graph-trace=graph); "
+        "default: off, on with --ray.",
+    ),
+]
+Ray = Annotated[
+    bool,
+    typer.Option(
+        help="Ray-style capture into folder OUT: one export per process on its own clock, "
+        "a trainer and a rollout process sharing each GPU, every GPU seen as device 0."
+    ),
+]
+
+
+@app.command()
+def synth(
+    out: Annotated[Path, typer.Argument(help="Output .sqlite file (or folder with --split).")],
+    steps: Annotated[int, typer.Option(min=1, help="Training steps.")] = 3,
+    ranks: Annotated[int, typer.Option(min=1, help="Worker ranks (one GPU each).")] = 2,
+    kernels: Annotated[int, typer.Option(min=2, help="Compute kernels per worker phase.")] = 40,
+    seed: Annotated[int, typer.Option(help="Random seed (the run is deterministic).")] = 7,
+    reward_model: RewardModel = False,
+    power: Annotated[bool, typer.Option(help="Also write NVML-style power samples.")] = True,
+    lengths: Lengths = True,
+    split: Split = False,
+    truth: Annotated[bool, typer.Option(help="Also write the ground-truth JSON.")] = True,
+    cuda_graphs: CudaGraphs = None,
+    ray: Ray = False,
+    gpus: Annotated[int, typer.Option(min=1, max=8, help="GPUs of the --ray capture.")] = 2,
+) -> None:
+    """Write a synthetic VeRL-like GRPO run as nsys 2022.4 SQLite export(s)."""
+    from analysis.jobs import synthesize
+    from analysis.synth.config import SynthConfig
+    from analysis.synth.ray import RayConfig
+
+    config: SynthConfig | RayConfig
+    if ray:
+        config = RayConfig(steps=steps, gpus=gpus, seed=seed, power=power)
+        if cuda_graphs is not None:  # else the capture's default (on)
+            config = dataclasses.replace(config, graphs=cuda_graphs)
+    else:
+        config = SynthConfig(
+            steps=steps,
+            ranks=ranks,
+            kernels_per_phase=kernels,
+            seed=seed,
+            split_files=split,
+            reward_model=reward_model,
+            power=power,
+            lengths=lengths,
+            graphs=bool(cuda_graphs),
+        )
+    for path in synthesize(out, config, truth=truth):
+        console.print(f"wrote {path}")

@@ -1,0 +1,145 @@
+"""``lengths`` (analyze, fit, sample) and ``fidelity``: the workload beside the trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from analysis.cli.app import app, console, fail, out_option, print_written, spinner
+
+if TYPE_CHECKING:
+    import polars as pl
+
+lengths_app = typer.Typer(
+    help="Response lengths (PolyTrace layout): statistics, stragglers, fits, synthetic traces.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+app.add_typer(lengths_app, name="lengths")
+
+LengthFiles = Annotated[
+    list[Path], typer.Argument(help="packed_lengths_step_*.jsonl files or folders of them.")
+]
+Cap = Annotated[
+    int | None, typer.Option(help="Max response length of the rollout (fraction at cap).")
+]
+Run = Annotated[
+    Path | None,
+    typer.Option(help="The run's analysis folder or traces: adds stragglers and imbalance."),
+]
+Fit = Annotated[
+    bool | None,
+    typer.Option(
+        "--fit/--no-fit",
+        help="Also fit distributions (needs nvtx-phases[fit]: scipy, scikit-learn). "
+        "Default: fit when those are installed, else skip with a note.",
+    ),
+]
+
+#: the columns of the printed length table
+LENGTH_COLUMNS = ("step", "n", "mean", "p50", "p90", "p99", "max", "max/mean", "CV", "at cap")
+
+
+def print_length_table(stats: pl.DataFrame, n_responses: int) -> None:
+    """The per-step length statistics as a table."""
+    from rich.table import Table
+
+    table = Table(title=f"Response lengths per step ({n_responses:,} responses)")
+    for column in LENGTH_COLUMNS:
+        table.add_column(column, justify="right")
+    for row in stats.iter_rows(named=True):
+        table.add_row(
+            str(row["step"]),
+            f"{row['n_responses']:,}",
+            f"{row['mean']:,.1f}",
+            f"{row['p50']:,.0f}",
+            f"{row['p90']:,.0f}",
+            f"{row['p99']:,.0f}",
+            f"{row['max']:,}",
+            f"{row['max_over_mean']:.1f}",
+            f"{row['cv']:.2f}",
+            "" if row["frac_at_cap"] is None else f"{row['frac_at_cap']:.1%}",
+        )
+    console.print(table)
+
+
+@lengths_app.command("analyze")
+def lengths_analyze(
+    paths: LengthFiles,
+    out: Annotated[Path, out_option("Folder for tables and figures.")] = Path("lengths"),
+    cap: Cap = None,
+    run: Run = None,
+    fit: Fit = None,
+    task: Annotated[str, typer.Option(help="Task name for the fitted parameters.")] = "task",
+) -> None:
+    """Length statistics per step, drift, rank imbalance, figures; stragglers with --run."""
+    from analysis.jobs import analyze_lengths
+
+    with spinner(details=False) as reporter:
+        done = analyze_lengths(paths, out, cap=cap, run=run, fit=fit, task=task, reporter=reporter)
+    print_length_table(done.stats, done.n_responses)
+    print_written(done.written, out)
+
+
+@lengths_app.command("fit")
+def lengths_fit(
+    paths: Annotated[list[Path], typer.Argument(help="packed_lengths files or folders, one task.")],
+    out: Annotated[Path, out_option("Parameter file (JSON).")] = Path("length_params.json"),
+    task: Annotated[str, typer.Option(help="Task name.")] = "task",
+) -> None:
+    """Fit lognormal marginals and a joint Gaussian mixture (PolyTrace parameter layout)."""
+    from analysis.jobs import fit_lengths
+
+    fitted = fit_lengths(paths, out, task=task)
+    console.print(
+        f"{task}: output lognorm KS={fitted['output_distribution']['ks_statistic']:.3f}, "
+        f"mixture of {fitted['joint_distribution']['n_components']} → {out}"
+    )
+
+
+@lengths_app.command("sample")
+def lengths_sample(
+    params: Annotated[Path, typer.Argument(help="Parameter file from `lengths fit`.")],
+    out: Annotated[Path, out_option("Folder for packed_lengths files.")] = Path("sampled_lengths"),
+    task: Annotated[str | None, typer.Option(help="Task to sample (default: the first).")] = None,
+    steps: Annotated[int, typer.Option(min=1)] = 10,
+    prompts: Annotated[int, typer.Option(min=1, help="Prompts per step.")] = 64,
+    n_sampling: Annotated[int, typer.Option(min=1, help="Responses per prompt.")] = 8,
+    dp_size: Annotated[int, typer.Option(min=1, help="DP ranks to spread prompts over.")] = 1,
+    cap: Annotated[int | None, typer.Option(help="Max response length.")] = None,
+    seed: Annotated[int, typer.Option()] = 0,
+) -> None:
+    """Write synthetic packed_lengths_step_{S}.jsonl files sampled from fitted parameters."""
+    from analysis.workload.fits import read_parameter_file, write_sampled_steps
+
+    tasks = read_parameter_file(params)
+    name = task or next(iter(tasks))
+    if name not in tasks:
+        raise fail(f"{params}: no task '{name}' (has {', '.join(tasks)})")
+    written = write_sampled_steps(
+        tasks[name],
+        out,
+        steps=steps,
+        prompts=prompts,
+        n_sampling=n_sampling,
+        dp_size=dp_size,
+        seed=seed,
+        cap=cap,
+    )
+    console.print(f"wrote {len(written)} step files to {out}/")
+
+
+@app.command()
+def fidelity(
+    run: Annotated[Path, typer.Argument(help="The run's analysis folder or traces.")],
+    log: Annotated[Path, typer.Option("--log", help="VeRL console log or file-logger JSON lines.")],
+    out: Annotated[Path, out_option("Folder for the comparison.")] = Path("fidelity"),
+) -> None:
+    """Trace phase times vs VeRL's timing_s/* per step: error %, accuracy per stage and overall."""
+    from analysis.jobs import fidelity_to
+
+    with spinner(details=False) as reporter:
+        text = fidelity_to(run, log, out, reporter=reporter)
+    console.print(text, markup=False, highlight=False)

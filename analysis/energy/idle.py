@@ -1,0 +1,89 @@
+"""The idle power baseline: each GPU's power while it ran nothing, from the run's busy stretches.
+
+``energy_above_idle_j`` subtracts it; samples within a guard of any operation are left out, since
+NVML's readings trail the work (see :func:`idle_guard_ns`).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+
+def idle_guard_ns(interval_ns: int | None) -> int:
+    """How far from any GPU operation a sample must be to count as idle."""
+    return max(10 * (interval_ns or 0), 1_000_000)
+
+
+def busy_blocks(intervals: pl.DataFrame, *, merge_gap_ns: int = 0) -> pl.DataFrame:
+    """Busy stretches per device (``device, start_ns, end_ns``).
+
+    Intervals merge when they overlap, touch, or lie less than ``merge_gap_ns`` apart.
+
+    With ``merge_gap_ns = 2 × idle_guard_ns`` the blocks are few (one per idle stretch), and
+    merging blocks of parts of a run gives the blocks of the whole run.
+    """
+    return (
+        intervals.select("device", "start_ns", "end_ns")
+        .sort("device", "start_ns")
+        .with_columns(pl.col("end_ns").cum_max().shift(1).over("device").alias("_reach"))
+        .with_columns(
+            (
+                pl.col("_reach").is_null()
+                | (pl.col("start_ns") - pl.col("_reach") >= max(merge_gap_ns, 1))
+            )
+            .cum_sum()
+            .over("device")
+            .alias("_block")
+        )
+        .group_by("device", "_block")
+        .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
+        .select("device", "start_ns", "end_ns")
+        .sort("device", "start_ns")
+    )
+
+
+def idle_baseline(
+    cum: pl.DataFrame, blocks: pl.DataFrame, *, interval_ns: int | None
+) -> pl.DataFrame:
+    """Median power per device over samples taken in long GPU-idle stretches: ``idle_power_w``.
+
+    A sample counts as idle when no operation runs on its device for at least
+    max(10 sampling intervals, 1 ms) around it, so gaps between kernels inside a busy phase do
+    not count. Devices with fewer than 5 such samples get null (then pass ``--idle-power-w``).
+    ``blocks``: :func:`busy_blocks` of the run's operations (merged up to 2 × that guard, which
+    changes no sample's verdict: a gap shorter than two guards holds no idle sample).
+    """
+    guard = idle_guard_ns(interval_ns)
+    busy = blocks.sort("start_ns")
+    samples = cum.select("device", "t_ns", "power_w").sort("t_ns")
+    prev = samples.join_asof(
+        busy.rename({"start_ns": "prev_start", "end_ns": "prev_end"}),
+        left_on="t_ns",
+        right_on="prev_start",
+        by="device",
+        strategy="backward",
+        check_sortedness=False,  # sorted on the key globally, hence within each group
+    )
+    both = prev.join_asof(
+        busy.rename({"start_ns": "next_start", "end_ns": "next_end"}),
+        left_on="t_ns",
+        right_on="next_start",
+        by="device",
+        strategy="forward",
+        check_sortedness=False,  # sorted on the key globally, hence within each group
+    )
+    idle = both.filter(
+        (pl.col("prev_end").is_null() | (pl.col("t_ns") - pl.col("prev_end") >= guard))
+        & (pl.col("next_start").is_null() | (pl.col("next_start") - pl.col("t_ns") >= guard))
+    )
+    stats = idle.group_by("device").agg(
+        pl.col("power_w").median().alias("idle_power_w"), pl.len().alias("n")
+    )
+    return (
+        cum.select("device")
+        .unique()
+        .join(stats, on="device", how="left")
+        .with_columns(pl.when(pl.col("n") >= 5).then(pl.col("idle_power_w")).alias("idle_power_w"))
+        .select("device", "idle_power_w")
+        .sort("device")
+    )

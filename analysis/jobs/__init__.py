@@ -1,0 +1,48 @@
+"""Composite jobs: what one ``nvtx-phases`` command does, as one typed function that prints nothing.
+
+Each function runs a whole command's work (read or analyze a run, write its files, draw its
+figures) and returns what the command shows: files written, tables, text. What happens meanwhile
+goes to a :class:`Reporter` (notes worth keeping, stage texts, exports read); the default,
+:data:`QUIET`, says nothing. Errors are the named classes of :mod:`analysis.errors`.
+
+"An analysis folder or traces?" has one answer, :func:`analysis_folder`; :func:`open_run` reads
+a run either way. Heavy imports (Polars, matplotlib, the pipeline) happen inside the functions,
+so importing this module is cheap.
+"""
+
+from analysis.jobs.capture import profile_workload, synthesize
+from analysis.jobs.common import QUIET, Reporter
+from analysis.jobs.run import (
+    AnalysisOutputs,
+    analysis_folder,
+    analyze_to,
+    build_report,
+    compare_to,
+    find_lengths,
+    is_analysis_folder,
+    load_saved_analysis,
+    open_run,
+    resolve_traces,
+)
+from analysis.jobs.workload import LengthsOutputs, analyze_lengths, fidelity_to, fit_lengths
+
+__all__ = [
+    "QUIET",
+    "AnalysisOutputs",
+    "LengthsOutputs",
+    "Reporter",
+    "analysis_folder",
+    "analyze_lengths",
+    "analyze_to",
+    "build_report",
+    "compare_to",
+    "fidelity_to",
+    "find_lengths",
+    "fit_lengths",
+    "is_analysis_folder",
+    "load_saved_analysis",
+    "open_run",
+    "profile_workload",
+    "resolve_traces",
+    "synthesize",
+]

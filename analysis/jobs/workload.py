@@ -1,0 +1,135 @@
+"""Jobs on RLVR workload data: response lengths (statistics, fits) and fidelity to VeRL's timers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import polars as pl
+
+
+from analysis.jobs.common import QUIET, Reporter
+from analysis.jobs.run import open_run
+
+# --- workload: lengths, fidelity -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LengthsOutputs:
+    """What :func:`analyze_lengths` made: per-step statistics and the files written."""
+
+    stats: pl.DataFrame
+    n_responses: int
+    written: list[Path]
+
+
+def _atomic_text(path: Path, text: str) -> Path:
+    from analysis.render.files import atomic_write
+
+    return atomic_write(path, lambda p: p.write_text(text))
+
+
+def analyze_lengths(
+    paths: Sequence[Path],
+    out: Path,
+    *,
+    cap: int | None = None,
+    run: Path | None = None,
+    fit: bool | None = None,
+    task: str = "task",
+    reporter: Reporter = QUIET,
+) -> LengthsOutputs:
+    """Length statistics, drift, rank imbalance and figures into ``out``: ``lengths analyze``.
+
+    ``run`` (its analysis folder or traces) adds stragglers, phase imbalance and energy per
+    token. ``fit``: True fits distributions (``MissingDependency`` without scipy and
+    scikit-learn, before any work); None fits when they are installed, else notes the skip.
+    """
+    from analysis.errors import MissingDependency
+    from analysis.render.files import atomic_write
+    from analysis.render.length_figures import length_cdf, length_heatmap
+    from analysis.workload import lengths as lw
+    from analysis.workload.fits import FIT_HINT, missing_fit_dependencies
+
+    missing = missing_fit_dependencies() if fit is not False else []
+    if missing and fit:  # asked for explicitly
+        raise MissingDependency(f"length fits need {' and '.join(missing)}: {FIT_HINT}")
+    if missing:  # the default: everything else works without them
+        reporter.note(
+            f"length fits skipped: they need {' and '.join(missing)} ({FIT_HINT}); "
+            "--no-fit skips them quietly"
+        )
+    responses = lw.read_packed_lengths(paths)
+    rewards = lw.read_reward_timings(paths)
+    stats = lw.length_stats(responses, cap=cap)
+    written = [
+        atomic_write(out / "length_stats.csv", stats.write_csv),
+        atomic_write(out / "length_drift.csv", lw.drift(stats).write_csv),
+        atomic_write(out / "rank_imbalance.csv", lw.rank_imbalance(responses, rewards).write_csv),
+        *length_cdf(responses, out / "figures"),
+        *length_heatmap(responses, out / "figures"),
+    ]
+    if run is not None:
+        written += _run_length_files(run, stats, out, reporter)
+    if fit is not False and not missing:
+        from analysis.workload.fits import fit_task, parameter_file
+
+        params = parameter_file(
+            {task: fit_task(responses, task)}, source=", ".join(map(str, paths))
+        )
+        written.append(_atomic_text(out / "fits.json", json.dumps(params, indent=2)))
+    return LengthsOutputs(stats=stats, n_responses=responses.height, written=written)
+
+
+def _run_length_files(run: Path, stats: pl.DataFrame, out: Path, reporter: Reporter) -> list[Path]:
+    """Stragglers, phase imbalance and energy per token of ``run``, and the straggler figure."""
+    from analysis.render.files import atomic_write
+    from analysis.render.length_figures import straggler_timeline
+    from analysis.workload.stragglers import energy_per_token, generation_tails, phase_imbalance
+
+    with open_run([run], label=str(run), reporter=reporter) as analysis:
+        tails = generation_tails(analysis, stats)
+        return [
+            atomic_write(out / "stragglers.csv", tails.write_csv),
+            atomic_write(out / "phase_imbalance.csv", phase_imbalance(analysis).write_csv),
+            atomic_write(out / "energy_per_token.csv", energy_per_token(analysis, stats).write_csv),
+            *straggler_timeline(tails, out / "figures"),
+        ]
+
+
+def fit_lengths(paths: Sequence[Path], out: Path, *, task: str = "task") -> dict[str, Any]:
+    """Fit one task's lengths and write the parameter file ``out``: ``lengths fit``.
+
+    Returns the task's entry (``output_distribution``, ``joint_distribution``, …).
+    """
+    from analysis.workload.fits import fit_task, parameter_file
+    from analysis.workload.lengths import read_packed_lengths
+
+    params = parameter_file(
+        {task: fit_task(read_packed_lengths(paths), task)}, ", ".join(map(str, paths))
+    )
+    out.write_text(json.dumps(params, indent=2) + "\n", encoding="utf-8")
+    fitted: dict[str, Any] = params[f"{task}_task"]
+    return fitted
+
+
+def fidelity_to(run: Path, log: Path, out: Path, *, reporter: Reporter = QUIET) -> str:
+    """Trace phase times vs a VeRL log's, written to ``out``; returns the Markdown: ``fidelity``.
+
+    The log is read first: a missing one fails before a long analysis.
+    """
+    from analysis.render.files import atomic_write
+    from analysis.workload.fidelity import compare_with_log, read_verl_log, to_markdown
+
+    logged = read_verl_log(log)
+    with open_run([run], label=str(run), reporter=reporter) as analysis:
+        per_step, summary = compare_with_log(analysis, logged)
+    text = to_markdown(summary)
+    atomic_write(out / "fidelity_steps.csv", per_step.write_csv)
+    _atomic_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    _atomic_text(out / "summary.md", text)
+    return text

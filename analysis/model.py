@@ -1,0 +1,211 @@
+"""What an analysis produces: :class:`Analysis` (frames) and :class:`RunSummary` (the run's totals).
+
+Both are immutable once built. An :class:`Analysis` of a run too big for memory keeps its
+per-operation rows in Parquet parts in a temporary folder it owns; ``close()`` (or leaving a
+``with`` block) removes them, not the garbage collector.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import polars as pl
+
+from analysis.errors import SavedAnalysisError
+
+#: The two attribution schemes (column ``attribution`` of the phase table). *projection*: an
+#: operation belongs to the ranges enclosing its launching CUDA call on the same thread (NVIDIA's
+#: definition); *window*: a driver range owns every GPU's work while it is open.
+PROJECTION: Final = "projection"
+WINDOW: Final = "window"
+ATTRIBUTIONS: Final = (PROJECTION, WINDOW)
+
+#: The columns naming one CPU thread across files (the file's label and nsys's global thread
+#: id): where a range was marked and where an operation was launched.
+THREAD: Final = ("trace", "gtid")
+
+
+@dataclass(frozen=True)
+class TraceInfo:
+    """One export file of the run: where it came from and how it was put on the run's clock."""
+
+    label: str
+    path: str
+    nsys_version: str | None
+    host: str | None
+    session_start_utc_ns: int | None
+    clock_zero_utc_ns: int | None
+    clock_offset_ns: int
+    missing_tables: list[str]
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    """A physical GPU of the run and how it was identified across files."""
+
+    device: str
+    identity: str  # "uuid", "bus", or "file" (only this file's deviceId was known)
+    gpu_name: str | None
+    uuid: str | None
+    bus_location: str | None
+    host: str | None
+    traces: list[str]
+
+
+@dataclass(frozen=True)
+class GpuTotals:
+    """GPU time and counts over the whole run; attributed and unattributed measured separately."""
+
+    total_gpu_ns: int
+    attributed_gpu_ns: int
+    unattributed_gpu_ns: int
+    projection_attributed_gpu_ns: int
+    projection_unattributed_gpu_ns: int
+    gpu_time_conserved: bool
+    n_gpu_ops: int
+    n_kernels: int
+    kernel_ns: int
+    nccl_ns: int
+    memcpy_ns: int
+    memcpy_bytes: int
+    memset_ns: int
+    graph_ns: int
+    n_graphs: int
+
+
+@dataclass(frozen=True)
+class EnergyTotals:
+    """Energy over the whole run (only with power samples), checked independently."""
+
+    total_energy_j: float
+    attributed_energy_j: float
+    unattributed_energy_j: float
+    energy_conserved: bool
+    energy_balance_j: float
+    power_source: str
+    power_interval_ns: int | None
+    power_alignment: list[dict[str, Any]]
+    idle_power_w: dict[str, float | None]
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """The run's totals and provenance, as written to ``summary.json``.
+
+    ``energy`` is None without power samples; ``summary.json`` then carries ``power_source:
+    null`` and none of the energy keys (the file's layout is unchanged from earlier versions).
+    """
+
+    gpu: GpuTotals
+    window_timeline: str  # "driver": window phases come from driver ranges; "all": no driver
+    n_phase_ranges: int
+    n_devices: int
+    n_steps: int
+    energy: EnergyTotals | None
+    gpus: list[str]
+    driver_versions: list[str]
+    traces: list[TraceInfo]
+    missing_tables: list[str]
+    devices: list[GpuDevice]
+    n_ranges: int
+    n_buckets: int
+    power_files: list[str]
+    warnings: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``summary.json`` object: one flat mapping, keys in a fixed order."""
+        out: dict[str, Any] = dataclasses.asdict(self.gpu)
+        out |= {
+            "window_timeline": self.window_timeline,
+            "n_phase_ranges": self.n_phase_ranges,
+            "n_devices": self.n_devices,
+            "n_steps": self.n_steps,
+        }
+        out |= dataclasses.asdict(self.energy) if self.energy else {"power_source": None}
+        out |= {
+            "gpus": self.gpus,
+            "driver_versions": self.driver_versions,
+            "traces": [dataclasses.asdict(t) for t in self.traces],
+            "missing_tables": self.missing_tables,
+            "devices": [dataclasses.asdict(d) for d in self.devices],
+            "n_ranges": self.n_ranges,
+            "n_buckets": self.n_buckets,
+            "power_files": self.power_files,
+            "warnings": self.warnings,
+        }
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "summary.json") -> RunSummary:
+        """Read back :meth:`to_dict`'s mapping; a key it needs and lacks names the file."""
+        try:
+            energy = None
+            if data.get("power_source") is not None:
+                energy = EnergyTotals(**_fields(EnergyTotals, data))
+            return cls(
+                gpu=GpuTotals(**_fields(GpuTotals, data)),
+                energy=energy,
+                traces=[TraceInfo(**_fields(TraceInfo, t)) for t in data["traces"]],
+                devices=[GpuDevice(**_fields(GpuDevice, d)) for d in data["devices"]],
+                **{
+                    f.name: data[f.name]
+                    for f in dataclasses.fields(cls)
+                    if f.name not in ("gpu", "energy", "traces", "devices")
+                },
+            )
+        except (KeyError, TypeError) as exc:
+            raise SavedAnalysisError(
+                f"{source}: not a summary this version can read (missing {exc}); "
+                "run `nvtx-phases analyze` again"
+            ) from None
+
+
+def _fields(kind: type, data: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``data`` that are fields of dataclass ``kind`` (KeyError if one lacks)."""
+    return {f.name: data[f.name] for f in dataclasses.fields(kind)}
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything ``analyze`` computes; frames are ready to write. Immutable.
+
+    Use it as a context manager (``with analyze(paths) as result:``) or call :meth:`close`
+    when done: a run attributed in several time buckets keeps ``gpu_activity`` as Parquet parts
+    in a temporary folder this object owns.
+    """
+
+    #: One row per phase range: ``step, path, phase, attribution, wall_ns, gpu_busy_ns, …``.
+    phases: pl.DataFrame
+    #: Window phases per GPU: where each rank's GPU was busy or idle during a driver phase.
+    phase_devices: pl.DataFrame
+    #: One row per GPU operation with its step and phase under each scheme (lazy: may be big).
+    gpu_activity: pl.LazyFrame
+    #: Kernels by name: count, total, mean, class.
+    kernels: pl.DataFrame
+    #: One row per step: ``step, step_start_ns, step_end_ns`` (per process where steps are).
+    steps: pl.DataFrame
+    summary: RunSummary
+    #: Power samples on the run's clock (``device, t_ns, power_w, energy_mj``), if any.
+    power_samples: pl.DataFrame | None = None
+    #: Temporary folder owned by this result (removed by :meth:`close`), if any.
+    workdir: Path | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the user should know about this result (also in ``summary.json``)."""
+        return self.summary.warnings
+
+    def close(self) -> None:
+        """Remove the temporary files behind ``gpu_activity`` (idempotent)."""
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> Analysis:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
