@@ -13,7 +13,13 @@ from analysis.attribute.phase_map import default_phase_map
 from analysis.cli import app
 from analysis.energy import balance, samples
 from analysis.energy import phases as energy
-from analysis.energy.samples import PowerData, align, cumulative_energy, load_samples
+from analysis.energy.samples import (
+    AVERAGED_POWER_WARNING,
+    PowerData,
+    align,
+    cumulative_energy,
+    load_samples,
+)
 from analysis.run.load import load_trace
 from analysis.run.pipeline import analyze, device_aliases
 from analysis.synth.build import SynthConfig, generate
@@ -50,6 +56,7 @@ def test_energy_per_phase_within_one_percent_and_conserved(run):
     assert rows["rel_error"].max() < 0.01
     s = result.summary.to_dict()
     assert s["power_source"] == "nvml-counter"
+    assert AVERAGED_POWER_WARNING not in result.warnings
     # the counter is read in whole mJ: totals agree to well under a mJ per sample read
     assert s["total_energy_j"] == pytest.approx(truth["total_energy_j"], abs=0.002)
     assert s["attributed_energy_j"] == pytest.approx(truth["attributed_energy_j"], abs=0.002)
@@ -121,6 +128,7 @@ def test_power_only_samples_use_trapezoids(run, tmp_path):
     )
     result = analyze([copy])
     assert result.summary.to_dict()["power_source"] == "nvml-power"
+    assert AVERAGED_POWER_WARNING in result.warnings
     # instantaneous samples miss each power step by up to ΔP·Δt/2 (~0.5% of a 40-sample phase);
     # with 100+ samples a phase is within 1%
     rows = _against_truth(result, truth).filter(pl.col("energy_samples") >= 100)

@@ -27,6 +27,15 @@ from nvtx_phases.naming import CLOCK_MARK_PATTERN, REQUIRED_SAMPLER_COLUMNS
 
 SAMPLE_COLUMNS = REQUIRED_SAMPLER_COLUMNS
 
+#: Said when energy must come from power readings: measured with ``make gpu-check`` on an H200
+#: (checks/results/), NVML's power reading is a ~1 s average there, so its edges trail the work.
+AVERAGED_POWER_WARNING = (
+    "energy from sampled power (the samples have no energy counter): NVML's power reading is a "
+    "~1 s running average on recent GPUs (measured on an H200: edges 0.5 s late; 3 s phases off "
+    "by -14% to +80%, the whole run by <1%), so per-phase energy is reliable only for phases "
+    "much longer than a second; a GPU with a total-energy counter gives exact phase energy"
+)
+
 
 @dataclass
 class PowerData:
@@ -127,6 +136,8 @@ def align(
             "device numbering only with CUDA_DEVICE_ORDER=PCI_BUS_ID)"
         )
     has_counter = aligned.height > 0 and aligned["energy_mj"].null_count() == 0
+    if aligned.height and not has_counter:
+        warnings.append(AVERAGED_POWER_WARNING)
     dt = (
         aligned.select(pl.col("t_ns").diff().over("device").median()).item()
         if aligned.height > 1
