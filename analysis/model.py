@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -93,6 +94,68 @@ class EnergyTotals:
 
 
 @dataclass(frozen=True)
+class InputFile:
+    """A file the analysis read, as it was then: absolute path, size and modification time."""
+
+    kind: str  # "trace", "power" or "phase_map"
+    path: str
+    size_bytes: int | None  # None: it could not be read (gone, or not a file)
+    mtime_utc: str | None  # ISO 8601, UTC
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What produced a summary: versions, command line, options, inputs and when.
+
+    ``command_line`` is the CLI's arguments with the program named ``nvtx-phases`` (None from
+    the Python API). ``options`` holds :func:`analysis.run.pipeline.analyze`'s options
+    (``phase_map``: None for the default map, ``"custom"`` for a map object given to the API,
+    else the TOML file's absolute path; ``all_ranges``, ``power_files`` (None: found beside the
+    traces), ``idle_power_w``, ``jobs``, ``engine``, ``chunk_ops``, ``spill_dir``,
+    ``force_combine``) and the command's own (``top_kernels``).
+    """
+
+    tool_version: str
+    python_version: str
+    polars_version: str
+    command_line: list[str] | None
+    options: dict[str, Any]
+    inputs: list[InputFile]
+    analyzed_at_utc: str  # ISO 8601, UTC
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``provenance`` object of ``summary.json``."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Provenance:
+        """Read back :meth:`to_dict`'s mapping (KeyError/TypeError when it is not one)."""
+        fields = _fields(cls, data)
+        return cls(
+            **(fields | {"inputs": [InputFile(**_fields(InputFile, f)) for f in fields["inputs"]]})
+        )
+
+
+def tool_version() -> str:
+    """nvtx-phases's version: the installed package's, else ``pyproject.toml``'s beside it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("nvtx-phases")
+    except PackageNotFoundError:
+        pass
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
+    try:
+        project = Path(__file__).resolve().parents[1] / "pyproject.toml"
+        return str(tomllib.loads(project.read_text(encoding="utf-8"))["project"]["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "unknown"
+
+
+@dataclass(frozen=True)
 class RunSummary:
     """The run's totals and provenance, as written to ``summary.json``.
 
@@ -115,6 +178,10 @@ class RunSummary:
     n_buckets: int
     power_files: list[str]
     warnings: list[str]
+    #: None for a summary.json written before provenance was recorded
+    provenance: Provenance | None = None
+    #: what ``--steps`` kept and excluded (None: the whole run); see analysis.run.select
+    selection: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The ``summary.json`` object: one flat mapping, keys in a fixed order."""
@@ -136,7 +203,10 @@ class RunSummary:
             "n_buckets": self.n_buckets,
             "power_files": self.power_files,
             "warnings": self.warnings,
+            "provenance": self.provenance.to_dict() if self.provenance else None,
         }
+        if self.selection is not None:
+            out["selection"] = self.selection
         return out
 
     @classmethod
@@ -146,15 +216,19 @@ class RunSummary:
             energy = None
             if data.get("power_source") is not None:
                 energy = EnergyTotals(**_fields(EnergyTotals, data))
+            provenance = data.get("provenance")  # absent from older summaries
             return cls(
                 gpu=GpuTotals(**_fields(GpuTotals, data)),
                 energy=energy,
                 traces=[TraceInfo(**_fields(TraceInfo, t)) for t in data["traces"]],
                 devices=[GpuDevice(**_fields(GpuDevice, d)) for d in data["devices"]],
+                provenance=Provenance.from_dict(provenance) if provenance is not None else None,
+                selection=data.get("selection"),
                 **{
                     f.name: data[f.name]
                     for f in dataclasses.fields(cls)
-                    if f.name not in ("gpu", "energy", "traces", "devices")
+                    if f.name
+                    not in ("gpu", "energy", "traces", "devices", "provenance", "selection")
                 },
             )
         except (KeyError, TypeError) as exc:

@@ -52,7 +52,7 @@ def assert_same_analysis(a, b, *, ignore_summary: tuple[str, ...] = ()) -> None:
     """Two :class:`~analysis.run.pipeline.Analysis` results hold the same frames and summary.
 
     ``b``'s GPU activity may be a lazy scan of per-bucket parts: its rows are compared in
-    ``op_id`` order.
+    ``op_id`` order. The summaries' provenance (time of analysis, options) is not compared.
     """
     assert a.phases.equals(b.phases)
     assert a.phase_devices.equals(b.phase_devices)
@@ -61,7 +61,8 @@ def assert_same_analysis(a, b, *, ignore_summary: tuple[str, ...] = ()) -> None:
     assert a.gpu_activity.collect().equals(b.gpu_activity.collect().sort("op_id"))
 
     def kept(summary: RunSummary) -> dict:
-        return {k: v for k, v in summary.to_dict().items() if k not in ignore_summary}
+        ignored = {*ignore_summary, "provenance"}
+        return {k: v for k, v in summary.to_dict().items() if k not in ignored}
 
     assert kept(a.summary) == kept(b.summary)
 

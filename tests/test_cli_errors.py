@@ -292,10 +292,10 @@ def test_fidelity_missing_log_fails_before_analyzing(tmp_path):
 
 
 def test_unknown_command_or_option_is_one_usage_line():
-    result = runner.invoke(app, ["bogus"])
+    result = runner.invoke(app, ["zzz-no-such"])
     assert result.exit_code == 2
     assert one_error_line(result.stderr) == (
-        "error: No such command 'bogus'. (see 'nvtx-phases --help')"
+        "error: No such command 'zzz-no-such'. (see 'nvtx-phases --help')"
     )
     result = runner.invoke(app, ["--bogus"])
     assert result.exit_code == 2

@@ -28,6 +28,7 @@ CPU_RUN_FILES = {
     "phase_devices.parquet",
     "gpu_activity.parquet",
     "kernels.csv",
+    "kernels_by_phase.csv",
     "steps.csv",
     "summary.json",
     "figures/phase_share.png",
@@ -41,6 +42,9 @@ POWER_FILES = {
     "figures/power_timeline.svg",
     "figures/energy_per_phase_device.png",
     "figures/energy_per_phase_device.svg",
+    "power_envelope.csv",
+    "figures/power_envelope.png",
+    "figures/power_envelope.svg",
 }
 DROP_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
 

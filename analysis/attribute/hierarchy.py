@@ -42,11 +42,15 @@ class Hierarchy:
 
 
 def select_phases(ranges: pl.DataFrame, phase_map: PhaseMap) -> pl.DataFrame:
-    """The ranges that are phases, with ``canonical`` and a row id in thread/start order."""
+    """The ranges that are phases, with ``canonical`` and a row id in thread/start order.
+
+    ``name`` is the name as the map reads it (:meth:`PhaseMap.name`: argument suffixes cut).
+    """
     # Ties: identical intervals nest step-first, then by name and payload, so that nesting never
     # depends on the order rows come in (found by the property tests).
     return (
-        ranges.filter(phase_map.is_phase(pl.col("name"), pl.col("domain")))
+        ranges.with_columns(phase_map.name(pl.col("name")).alias("name"))
+        .filter(phase_map.is_phase(pl.col("name"), pl.col("domain")))
         .with_columns(phase_map.canonical(pl.col("name")).alias("canonical"))
         .with_columns(phase_map.is_step(pl.col("canonical")).alias("_step_first"))
         .sort(

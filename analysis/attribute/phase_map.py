@@ -10,16 +10,34 @@ or renames::
     domains = ["my_domain"]               # every range in these NVTX domains is a phase
     phases = ["rollout_chunk"]            # more range names that are phases
     use_defaults = true                   # keep VeRL's names (default true)
+    strip_args = false                    # true: "aten::mm, op_id = 12" reads "aten::mm"
 
     [rename]                              # range name = phase name it counts as
     rollout = "gen"
+
+    [[rule]]                              # names matched by a pattern, in order, after the
+    match = "aten::*"                     # exact names above: fnmatch glob (case-sensitive)
+    [[rule]]
+    regex = "^compute_.*_log_prob$"       # Python regular expression, searched (re.search)
+    phase = "log_prob"                    # the phase it counts as (default: its own name)
+
+A range is a phase when its name is an exact name (``phases``, ``step_names``, a ``[rename]``
+key), its domain is listed, or the first ``[[rule]]`` its name matches says so; exact names keep
+their own (or renamed) phase name, rules apply to the other ranges only. ``strip_args`` (or
+``--strip-args``) first cuts a name at its first ``", <identifier> = "`` (PyTorch's
+``emit_nvtx`` ranges: ``aten::mm, seq = 3, op_id = 12, sizes = [[2, 3]]`` → ``aten::mm``), so that
+``--all-ranges`` groups an operator's calls in one row; a name that would become empty is kept.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import fnmatch
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 import polars as pl
 
@@ -39,6 +57,30 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 
+#: ``strip_args``: everything from the first ``", <identifier> = "`` on is a PyTorch argument list
+STRIP_ARGS_PATTERN = r"(?s)^(.+?), [A-Za-z_][A-Za-z0-9_]* = .*$"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A ``[[rule]]``: range names a glob (``match``) or regular expression (``regex``) selects."""
+
+    kind: Literal["glob", "regex"]
+    pattern: str
+    #: the phase name matching ranges count as; None: their own name
+    phase: str | None = None
+    compiled: re.Pattern[str] = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        text = fnmatch.translate(self.pattern) if self.kind == "glob" else self.pattern
+        object.__setattr__(self, "compiled", re.compile(text))
+
+    def target(self, name: str) -> str | None:
+        """The phase ``name`` counts as under this rule, or None when it does not match."""
+        hit = self.compiled.match(name) if self.kind == "glob" else self.compiled.search(name)
+        return None if hit is None else (self.phase or name)
+
+
 @dataclass(frozen=True)
 class PhaseMap:
     """Names and domains that make a range a phase, and renames to canonical phase names."""
@@ -48,19 +90,49 @@ class PhaseMap:
     step_names: frozenset[str]
     rename: tuple[tuple[str, str], ...] = ()
     all_ranges: bool = False
+    #: pattern rules, tried in order on names that are not exact names
+    rules: tuple[Rule, ...] = ()
+    #: cut PyTorch's ``, key = value`` argument suffixes off range names (:meth:`name`)
+    strip_args: bool = False
+
+    def name(self, name: pl.Expr) -> pl.Expr:
+        """The range's name as phases see it: with ``strip_args``, its argument suffix cut."""
+        if not self.strip_args:
+            return name
+        return name.str.replace(STRIP_ARGS_PATTERN, "${1}")
 
     def is_phase(self, name: pl.Expr, domain: pl.Expr) -> pl.Expr:
-        """Boolean expression: the range counts as a phase."""
+        """Boolean expression: the range counts as a phase (``name`` as :meth:`name` gives it)."""
         if self.all_ranges:
             return pl.lit(True)
-        known = self.names | self.step_names | {old for old, _ in self.rename}
-        return name.is_in(list(known)) | domain.is_in(list(self.domains))
+        hit = name.is_in(list(self._exact())) | domain.is_in(list(self.domains))
+        return hit | self._rule_target(name).is_not_null() if self.rules else hit
 
     def canonical(self, name: pl.Expr) -> pl.Expr:
-        """The phase name a range counts as (its own name unless renamed)."""
-        if not self.rename:
-            return name
-        return name.replace(dict(self.rename))
+        """The phase name a range counts as: renamed, else its first rule's phase, else its own."""
+        renamed = name.replace(dict(self.rename)) if self.rename else name
+        if not self.rules:
+            return renamed
+        exact = name.is_in(list(self._exact()))
+        return pl.when(exact).then(renamed).otherwise(pl.coalesce(self._rule_target(name), name))
+
+    def _exact(self) -> frozenset[str]:
+        return self.names | self.step_names | {old for old, _ in self.rename}
+
+    def _rule_target(self, name: pl.Expr) -> pl.Expr:
+        """The phase each name counts as under the first rule it matches (null: none matches)."""
+        return name.map_batches(self._targets, return_dtype=pl.String, is_elementwise=True)
+
+    def _targets(self, names: pl.Series) -> pl.Series:
+        exact = self._exact()
+        found: dict[str, str] = {}
+        for value in names.drop_nulls().unique().to_list():
+            if value in exact:
+                continue
+            target = next((t for r in self.rules if (t := r.target(value)) is not None), None)
+            if target is not None:
+                found[value] = target
+        return names.cast(pl.String).replace_strict(found, default=None, return_dtype=pl.String)
 
     def is_step(self, canonical: pl.Expr) -> pl.Expr:
         """Boolean expression: the (canonical) name marks a training step."""
@@ -68,7 +140,11 @@ class PhaseMap:
 
     def with_all_ranges(self) -> PhaseMap:
         """The same map, but every NVTX range counts as a phase."""
-        return PhaseMap(self.names, self.domains, self.step_names, self.rename, all_ranges=True)
+        return dataclasses.replace(self, all_ranges=True)
+
+    def with_strip_args(self) -> PhaseMap:
+        """The same map, with PyTorch's argument suffixes cut off range names (:meth:`name`)."""
+        return dataclasses.replace(self, strip_args=True)
 
 
 def default_phase_map() -> PhaseMap:
@@ -100,7 +176,7 @@ def load_phase_map(path: str | Path) -> PhaseMap:
         raise PhaseMapError(f"{path}: phase map file not found") from exc
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise PhaseMapError(f"{path}: not valid TOML ({exc})") from exc
-    known = {"step_names", "domains", "phases", "use_defaults", "rename"}
+    known = {"step_names", "domains", "phases", "use_defaults", "rename", "rule", "strip_args"}
     unknown = sorted(set(data) - known)
     if unknown:
         msg = f"{path}: unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(known))}"
@@ -116,8 +192,10 @@ def load_phase_map(path: str | Path) -> PhaseMap:
     if not isinstance(rename, dict) or not all(isinstance(v, str) for v in rename.values()):
         raise PhaseMapError(f"{path}: [rename] must map range names to phase names (strings)")
     use_defaults = data.get("use_defaults", True)
-    if not isinstance(use_defaults, bool):
-        raise PhaseMapError(f"{path}: 'use_defaults' must be true or false")
+    strip_args = data.get("strip_args", False)
+    for key, value in (("use_defaults", use_defaults), ("strip_args", strip_args)):
+        if not isinstance(value, bool):
+            raise PhaseMapError(f"{path}: '{key}' must be true or false")
     base = default_phase_map() if use_defaults else PhaseMap(frozenset(), frozenset(), frozenset())
     step_names = set(str_list("step_names")) or set(base.step_names) or {STEP}
     return PhaseMap(
@@ -125,4 +203,32 @@ def load_phase_map(path: str | Path) -> PhaseMap:
         domains=base.domains | set(str_list("domains")),
         step_names=frozenset(step_names | (set(base.step_names) if use_defaults else set())),
         rename=tuple(sorted(rename.items())),
+        rules=_rules(path, data.get("rule", [])),
+        strip_args=strip_args,
     )
+
+
+def _rules(path: Path, entries: Any) -> tuple[Rule, ...]:
+    """The ``[[rule]]`` tables: each ``match`` (glob) or ``regex``, and optionally ``phase``."""
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise PhaseMapError(f"{path}: 'rule' must be [[rule]] tables")
+    rules = []
+    for number, entry in enumerate(entries, start=1):
+        where = f"{path}: [[rule]] #{number}"
+        unknown = sorted(set(entry) - {"match", "regex", "phase"})
+        if unknown:
+            raise PhaseMapError(f"{where}: unknown key(s) {', '.join(unknown)}")
+        patterns = [k for k in ("match", "regex") if k in entry]
+        if len(patterns) != 1:
+            raise PhaseMapError(f"{where}: needs exactly one of 'match' (glob) or 'regex'")
+        kind = patterns[0]
+        pattern, phase = entry[kind], entry.get("phase")
+        if not isinstance(pattern, str) or not pattern:
+            raise PhaseMapError(f"{where}: '{kind}' must be a non-empty string")
+        if phase is not None and (not isinstance(phase, str) or not phase):
+            raise PhaseMapError(f"{where}: 'phase' must be a non-empty string")
+        try:
+            rules.append(Rule("glob" if kind == "match" else "regex", pattern, phase))
+        except re.error as exc:
+            raise PhaseMapError(f"{where}: regex {pattern!r} is not valid ({exc})") from None
+    return tuple(rules)

@@ -5,7 +5,7 @@ order below is the order ``nvtx-phases --help`` lists them.
 """
 
 # isort: off
-from analysis.cli import analyze, compare, capture, synth, workload  # noqa: F401  (registers)
+from analysis.cli import analyze, compare, capture, synth, workload, logs, whatif, timeline  # noqa: F401  (registers)
 
 # isort: on
 from analysis.cli.app import app, main

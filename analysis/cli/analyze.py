@@ -13,6 +13,7 @@ from rich.text import Text
 from analysis.cli.app import (
     ForceCombine,
     app,
+    command_line,
     console,
     fail,
     note,
@@ -36,6 +37,22 @@ PhaseMapFile = Annotated[
     typer.Option("--phase-map", help="TOML file that extends or renames the phase names."),
 ]
 AllRanges = Annotated[bool, typer.Option("--all-ranges", help="Treat every NVTX range as a phase.")]
+Steps = Annotated[
+    str | None,
+    typer.Option(
+        "--steps",
+        help="Only these steps: N, A:B (both included), A:, :B, or a comma list (1,3,7); "
+        "2: skips a warm-up step 1. Totals count the selected steps' GPU operations.",
+    ),
+]
+StripArgs = Annotated[
+    bool,
+    typer.Option(
+        "--strip-args",
+        help="Cut ', key = value' suffixes off range names (PyTorch: 'aten::mm, op_id = 12' "
+        "reads 'aten::mm'), so --all-ranges groups an operator's calls.",
+    ),
+]
 Power = Annotated[
     list[Path] | None,
     typer.Option(
@@ -75,6 +92,15 @@ SpillDir = Annotated[
     typer.Option(
         help="Folder for spilled operations (default: the system temp folder; with "
         "--engine ray on a cluster, a shared file system)."
+    ),
+]
+
+TopKernels = Annotated[
+    int,
+    typer.Option(
+        "--top-kernels",
+        min=0,
+        help="Kernel names per phase in kernels_by_phase.csv, by GPU time (0: all).",
     ),
 ]
 
@@ -144,6 +170,7 @@ def analyze_and_print(
 
 @app.command()
 def analyze(
+    ctx: typer.Context,
     traces: Traces,
     out: Annotated[Path, out_option("Folder for tables and figures.")] = Path("out"),
     phase_map: PhaseMapFile = None,
@@ -159,12 +186,15 @@ def analyze(
     chunk_ops: ChunkOps = None,
     spill_dir: SpillDir = None,
     force_combine: ForceCombine = False,
+    top_kernels: TopKernels = 10,
+    steps: Steps = None,
+    strip_args: StripArgs = False,
 ) -> None:
     """Attribute GPU kernels, NCCL, memcpy, memset and energy to NVTX phases, per step and rank.
 
     Writes OUT/phases.parquet|csv, phase_devices.parquet, gpu_activity.parquet, kernels.csv,
-    steps.csv and summary.json, then prints the per-step phase table. With power samples, the
-    phases also get energy_j, avg/peak power and energy above idle.
+    kernels_by_phase.csv, steps.csv and summary.json, then prints the per-step phase table.
+    With power samples, the phases also get energy_j, avg/peak power and energy above idle.
     """
     if engine not in ("process", "ray"):
         raise fail(f"--engine must be 'process' or 'ray', not '{engine}'")
@@ -184,6 +214,10 @@ def analyze(
             chunk_ops=chunk_ops,
             spill_dir=spill_dir,
             force_combine=force_combine,
+            top_kernels=top_kernels,
+            command_line=command_line(ctx),
+            steps=steps,
+            strip_args=strip_args,
             reporter=reporter,
         ),
         out,
@@ -194,6 +228,7 @@ def analyze(
 
 @app.command()
 def report(
+    ctx: typer.Context,
     inputs: Annotated[
         list[Path],
         typer.Argument(help="An analysis folder (from `analyze`), or the traces of one run."),
@@ -211,6 +246,7 @@ def report(
     ] = None,
     cap: Annotated[int | None, typer.Option(help="Max response length (fraction at cap).")] = None,
     force_combine: ForceCombine = False,
+    steps: Steps = None,
 ) -> None:
     """Write report.html (self-contained) and report.md: metadata, phase table, figures, warnings.
 
@@ -226,6 +262,8 @@ def report(
             cap=cap,
             idle_power_w=idle_power_w,
             force_combine=force_combine,
+            command_line=command_line(ctx),
+            steps=steps,
             reporter=reporter,
         )
     for path in written:

@@ -139,11 +139,20 @@ def error_boundary() -> Iterator[None]:
         raise typer.Exit(1) from None
 
 
+#: ``ctx.meta`` key (shared by every context of one invocation): the arguments as given
+ARGS_KEY = "nvtx_phases.args"
+PROGRAM = "nvtx-phases"
+
+
 class ErrorBoundaryGroup(TyperGroup):
     """The root command group: every subcommand (and its option parsing) runs in the boundary."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        """Parse the root options (``nvtx-phases --bogus``) inside :func:`error_boundary`."""
+        """Parse the root options (``nvtx-phases --bogus``) inside :func:`error_boundary`.
+
+        The arguments are kept first (:data:`ARGS_KEY`) for :func:`command_line`.
+        """
+        ctx.meta.setdefault(ARGS_KEY, list(args))
         with error_boundary():
             return super().parse_args(ctx, args)
 
@@ -171,6 +180,40 @@ app = typer.Typer(
     # plain click help: Rich markup would eat "[fit]" in "nvtx-phases[fit]"
     rich_markup_mode=None,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from analysis.model import tool_version
+
+        print(f"{PROGRAM} {tool_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print 'nvtx-phases VERSION' and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Where the time, data movement and energy of an RL training step go, phase by phase."""
+
+
+def command_line(ctx: typer.Context) -> list[str]:
+    """The command line as recorded in provenance: ``nvtx-phases`` and its arguments.
+
+    The arguments the root command parsed (``sys.argv[1:]`` for the console script, what a test
+    runner passes otherwise), with the program named ``nvtx-phases`` however it was started
+    (``python -m analysis.cli``, a path to the script).
+    """
+    args = ctx.meta.get(ARGS_KEY)
+    return [PROGRAM, *(args if args is not None else sys.argv[1:])]
 
 
 # --- options more than one command takes ---------------------------------------------------------

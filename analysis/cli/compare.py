@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from analysis.cli.analyze import Steps, StripArgs
 from analysis.cli.app import app, console, fail, out_option, print_written, spinner
 
 #: most lines of compare.md printed (the file has them all)
@@ -33,6 +34,8 @@ def compare(
         bool,
         typer.Option("--all-ranges", help="Treat every NVTX range as a phase (traces only)."),
     ] = False,
+    steps: Steps = None,
+    strip_args: StripArgs = False,
 ) -> None:
     """Compare runs per phase: time, energy, power, data movement (median, p10–p90, differences).
 
@@ -55,6 +58,8 @@ def compare(
             out,
             phase_map=phase_map,
             all_ranges=all_ranges,
+            steps=steps,
+            strip_args=strip_args,
             reporter=reporter,
         )
     lines = (out / "compare.md").read_text(encoding="utf-8").splitlines()

@@ -12,6 +12,7 @@ so importing this module is cheap.
 
 from analysis.jobs.capture import profile_workload, synthesize
 from analysis.jobs.common import QUIET, Reporter
+from analysis.jobs.logs import LogsOutputs, logs_to
 from analysis.jobs.run import (
     AnalysisOutputs,
     analysis_folder,
@@ -24,13 +25,18 @@ from analysis.jobs.run import (
     open_run,
     resolve_traces,
 )
+from analysis.jobs.timeline import TimelineOutputs, timeline_to
+from analysis.jobs.whatif import WhatIfOutputs, whatif_to
 from analysis.jobs.workload import LengthsOutputs, analyze_lengths, fidelity_to, fit_lengths
 
 __all__ = [
     "QUIET",
     "AnalysisOutputs",
     "LengthsOutputs",
+    "LogsOutputs",
     "Reporter",
+    "TimelineOutputs",
+    "WhatIfOutputs",
     "analysis_folder",
     "analyze_lengths",
     "analyze_to",
@@ -41,8 +47,11 @@ __all__ = [
     "fit_lengths",
     "is_analysis_folder",
     "load_saved_analysis",
+    "logs_to",
     "open_run",
     "profile_workload",
     "resolve_traces",
     "synthesize",
+    "timeline_to",
+    "whatif_to",
 ]

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 from analysis.errors import one_line
 from analysis.jobs.common import QUIET, Reporter
+from analysis.jobs.extras import envelope_files, gpu_metrics_files
 
 # --- one run: an analysis folder, or traces ------------------------------------------------------
 
@@ -67,33 +68,54 @@ def open_run(
     phase_map: PhaseMap | None = None,
     idle_power_w: float | None = None,
     force_combine: bool = False,
+    steps: str | None = None,
     reporter: Reporter = QUIET,
 ) -> Analysis:
     """One run's :class:`~analysis.model.Analysis`, from its analysis folder or its traces.
 
     Traces are analyzed (stage "analyzing LABEL…" first) with ``phase_map``, ``idle_power_w``
-    and ``force_combine``. The caller closes the result (``with open_run(...) as run:``).
+    and ``force_combine``. ``steps``: a ``--steps`` spec (:mod:`analysis.run.select`), checked
+    first. The caller closes the result (``with open_run(...) as run:``).
     """
     from analysis.run.pipeline import analyze
+    from analysis.run.select import parse_steps, select_run
 
+    spec = parse_steps(steps) if steps else None  # a bad spec fails before a long analysis
     folder = analysis_folder(inputs)
     if folder is not None:
-        return load_saved_analysis(folder)
-    reporter.stage(f"analyzing {label}…" if label else "analyzing…")
-    return analyze(
-        resolve_traces(inputs, reporter),
-        phase_map=phase_map,
-        idle_power_w=idle_power_w,
-        progress=reporter.detail,
-        force_combine=force_combine,
-    )
+        run = load_saved_analysis(folder)
+    else:
+        reporter.stage(f"analyzing {label}…" if label else "analyzing…")
+        run = analyze(
+            resolve_traces(inputs, reporter),
+            phase_map=phase_map,
+            idle_power_w=idle_power_w,
+            progress=reporter.detail,
+            force_combine=force_combine,
+        )
+    return run if spec is None else select_run(run, spec, folder)
 
 
-def _phase_map(path: Path | None, all_ranges: bool) -> PhaseMap:
+def _phase_map(path: Path | None, all_ranges: bool, strip_args: bool = False) -> PhaseMap:
     from analysis.attribute.phase_map import default_phase_map, load_phase_map
 
     pmap = load_phase_map(path) if path else default_phase_map()
+    pmap = pmap.with_strip_args() if strip_args else pmap
     return pmap.with_all_ranges() if all_ranges else pmap
+
+
+def _invoked(
+    result: Analysis, command_line: Sequence[str] | None, phase_map: Path | None, top: int | None
+) -> Analysis:
+    """``result`` with the command line, the phase map file and ``top_kernels`` in provenance."""
+    from analysis.run.provenance import with_invocation
+
+    return with_invocation(
+        result,
+        command_line=command_line,
+        options={"top_kernels": top},
+        phase_map_file=phase_map,
+    )
 
 
 # --- analyze, report, compare --------------------------------------------------------------------
@@ -131,20 +153,30 @@ def analyze_to(
     chunk_ops: int | None = None,
     spill_dir: Path | None = None,
     force_combine: bool = False,
+    top_kernels: int | None = 10,
+    command_line: Sequence[str] | None = None,
+    steps: str | None = None,
+    strip_args: bool = False,
     reporter: Reporter = QUIET,
 ) -> AnalysisOutputs:
     """Analyze one run's traces and write its tables (and figures) to ``out``: ``analyze``.
 
     ``out`` is checked before anything else, and afterwards holds this run's files only.
-    ``phase_map``: a TOML file; ``all_ranges``: every NVTX range is a phase. The other options
-    are :func:`analysis.run.pipeline.analyze`'s (``chunk_ops`` None: its default).
+    ``phase_map``: a TOML file; ``all_ranges``: every NVTX range is a phase. ``top_kernels``:
+    kernel names per phase in ``kernels_by_phase.csv`` (None or 0: all); ``command_line``: the
+    CLI's, for the provenance in ``summary.json``. ``steps``: keep only these steps
+    (:mod:`analysis.run.select`); ``strip_args``: cut PyTorch's argument suffixes off range
+    names. The other options are :func:`analysis.run.pipeline.analyze`'s (``chunk_ops`` None:
+    its default).
     """
     from analysis.render.files import check_output_folder, output_folder, write_outputs
     from analysis.run.pipeline import analyze
+    from analysis.run.select import parse_steps, select_run
 
     check_output_folder(out)  # before exporting .nsys-rep reports and analyzing
+    spec = parse_steps(steps) if steps else None
     files = resolve_traces(traces, reporter)
-    pmap = _phase_map(phase_map, all_ranges)
+    pmap = _phase_map(phase_map, all_ranges, strip_args)
     reporter.begin(len(files))
     result = analyze(
         files,
@@ -159,16 +191,22 @@ def analyze_to(
         spill_dir=spill_dir,
         force_combine=force_combine,
     )
+    if spec is not None:
+        result = select_run(result, spec)
+    result = _invoked(result, command_line, phase_map, top_kernels)
     with ExitStack() as on_error:
         on_error.callback(result.close)
         reporter.stage("writing outputs")
         with output_folder(out) as session:  # afterwards out holds this run's files only
-            written = session.add(write_outputs(result, out))
+            written = session.add(write_outputs(result, out, top_kernels=top_kernels))
             if figures:
                 from analysis.render.figures import write_figures  # matplotlib only when drawing
 
                 reporter.stage("drawing figures")
                 written += session.add(write_figures(result, out / "figures"))
+            tables, drawn = envelope_files(result, out, table=True, figure=figures)
+            written += session.add(tables + drawn)
+            written += session.add(gpu_metrics_files(result, out, reporter))
         on_error.pop_all()
     return AnalysisOutputs(result, written)
 
@@ -194,13 +232,16 @@ def build_report(
     cap: int | None = None,
     idle_power_w: float | None = None,
     force_combine: bool = False,
+    command_line: Sequence[str] | None = None,
+    steps: str | None = None,
     reporter: Reporter = QUIET,
 ) -> list[Path]:
     """Write report.html and report.md (and the figures) of one run to ``out``: ``report``.
 
-    ``inputs``: an analysis folder, or the run's traces (then their tables are written too).
-    ``lengths``: response-length records (default: :func:`find_lengths`) add length, straggler
-    and energy-per-token sections; ``cap`` is the rollout's max response length.
+    ``inputs``: an analysis folder, or the run's traces (then their tables are written too,
+    with ``command_line`` in the provenance). ``lengths``: response-length records (default:
+    :func:`find_lengths`) add length, straggler and energy-per-token sections; ``cap`` is the
+    rollout's max response length. ``steps``: report only these steps (:mod:`analysis.run.select`).
     """
     from analysis.render.figures import write_figures
     from analysis.render.files import (
@@ -215,22 +256,41 @@ def build_report(
     check_output_folder(out)  # before a long analysis, not after it
     folder = analysis_folder(inputs)
     with open_run(
-        inputs, idle_power_w=idle_power_w, force_combine=force_combine, reporter=reporter
+        inputs,
+        idle_power_w=idle_power_w,
+        force_combine=force_combine,
+        steps=steps,
+        reporter=reporter,
     ) as result:
         # out ends up holding this run's files only; an analysis drawn from out itself stays
         keep = TABLE_NAMES if folder is not None and same_folder(folder, out) else ()
         with output_folder(out, keep=keep) as session:
             if folder is None:
                 reporter.stage("writing outputs")
-                session.add(write_outputs(result, out))
+                session.add(write_outputs(_invoked(result, command_line, None, 10), out))
+                session.add(gpu_metrics_files(result, out, reporter))
             reporter.stage("drawing figures")
             figures = session.add(write_figures(result, out / "figures"))
-            sections: list[Section] = []
+            tables, drawn = envelope_files(result, out, table=folder is None, figure=True)
+            session.add(tables)
+            figures += session.add(drawn)
+            sections = _kernel_sections(result, folder)
             length_dir = lengths or find_lengths(inputs)
             if length_dir is not None:
-                sections, drawn = _length_sections(result, length_dir, cap, out / "figures")
+                more, drawn = _length_sections(result, length_dir, cap, out / "figures")
+                sections += more
                 figures += session.add(drawn)
             return session.add(write_report(result, out, figures, sections))
+
+
+def _kernel_sections(result: Analysis, folder: Path | None) -> list[Section]:
+    """The report's top-kernels-per-phase section: from the run, else its analysis ``folder``.
+
+    See :func:`analysis.render.kernels_by_phase.kernel_sections`.
+    """
+    from analysis.render.kernels_by_phase import kernel_sections
+
+    return kernel_sections(result, folder)
 
 
 def _length_sections(
@@ -259,23 +319,31 @@ def compare_to(
     *,
     phase_map: Path | None = None,
     all_ranges: bool = False,
+    steps: str | None = None,
+    strip_args: bool = False,
     reporter: Reporter = QUIET,
 ) -> list[Path]:
     """Compare labelled runs (analysis folders or traces) phase by phase into ``out``: ``compare``.
 
-    ``phase_map``/``all_ranges`` apply to runs given as traces (a note for each analysis folder).
-    Writes :func:`analysis.render.comparison.write_comparison`'s files, ``compare.md`` among them.
+    ``phase_map``/``all_ranges``/``strip_args`` apply to runs given as traces (a note for each
+    analysis folder); ``steps`` to every run (:mod:`analysis.run.select`). Writes
+    :func:`analysis.render.comparison.write_comparison`'s files, ``compare.md`` among them.
     """
     from analysis.render.comparison import write_comparison
+    from analysis.run.select import parse_steps
 
-    pmap = _phase_map(phase_map, all_ranges)
+    if steps:
+        parse_steps(steps)  # a bad spec fails before any run is analyzed
+    pmap = _phase_map(phase_map, all_ranges, strip_args)
     with ExitStack() as stack:
         analyses: dict[str, Analysis] = {}
         for label, run in runs.items():
-            if is_analysis_folder(run) and (phase_map or all_ranges):
-                reporter.note(f"{run} was analyzed already; --phase-map/--all-ranges not applied")
+            if is_analysis_folder(run) and (phase_map or all_ranges or strip_args):
+                reporter.note(
+                    f"{run} was analyzed already; --phase-map/--all-ranges/--strip-args not applied"
+                )
             analyses[label] = stack.enter_context(
-                open_run([run], label=label, phase_map=pmap, reporter=reporter)
+                open_run([run], label=label, phase_map=pmap, steps=steps, reporter=reporter)
             )
         reporter.stage("writing the comparison")
         return write_comparison(analyses, out)

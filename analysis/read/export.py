@@ -285,8 +285,8 @@ _ALWAYS_READ = (
     T.EXPORT_META,
     T.SYSTEM_ENV,
     T.TARGET_GPU,
-    T.GPU_METRICS,
-    T.GPU_METRICS_INFO,
+    # GPU_METRICS is not read here: at 10 kHz × 22 metrics per GPU it can hold 10^8 rows;
+    # analysis.read.gpu_metrics streams the metrics it needs
 )
 
 

@@ -22,20 +22,26 @@ from pathlib import Path, PurePosixPath
 
 import polars as pl
 
+from analysis.aggregate.kernels_by_phase import DEFAULT_TOP
 from analysis.errors import OutputError, SavedAnalysisError
 from analysis.model import Analysis, RunSummary
 
 #: the list of files the tool wrote into an output folder (hidden; JSON)
 MANIFEST = ".nvtx-phases-outputs.json"
-#: the tables :func:`write_outputs` writes (``power_samples.parquet`` only with power)
+#: the tables an analysis writes: :func:`write_outputs`'s (``power_samples.parquet`` only with
+#: power; ``kernels_by_phase.csv`` from :mod:`analysis.render.kernels_by_phase`) and, with power,
+#: ``power_envelope.csv`` (:mod:`analysis.render.envelope`)
 TABLE_NAMES = (
     "phases.parquet",
     "phases.csv",
     "phase_devices.parquet",
     "gpu_activity.parquet",
     "kernels.csv",
+    "kernels_by_phase.csv",
     "steps.csv",
     "power_samples.parquet",
+    "power_envelope.csv",
+    "gpu_metrics_per_phase.csv",
     "summary.json",
 )
 #: every name the tool writes into ``--out`` (figures under ``figures/``, PNG and SVG): what is
@@ -264,8 +270,15 @@ def same_folder(a: str | Path, b: str | Path) -> bool:
         return False
 
 
-def write_outputs(analysis: Analysis, out: str | Path) -> list[Path]:
-    """Write phases (Parquet+CSV), per-device phases, GPU activity, kernels, steps and summary."""
+def write_outputs(
+    analysis: Analysis, out: str | Path, *, top_kernels: int | None = DEFAULT_TOP
+) -> list[Path]:
+    """Write phases (Parquet+CSV), per-device phases, GPU activity, kernels, steps and summary.
+
+    Also ``kernels_by_phase.csv``: the ``top_kernels`` kernel names per phase (None or 0: all).
+    """
+    from analysis.render.kernels_by_phase import write_kernels_by_phase
+
     out = Path(out)
     written = [
         atomic_write(out / "phases.parquet", analysis.phases.write_parquet),
@@ -276,6 +289,7 @@ def write_outputs(analysis: Analysis, out: str | Path) -> list[Path]:
             out / "kernels.csv",
             analysis.kernels.with_columns(pl.col("op_class").cast(pl.String)).write_csv,
         ),
+        *write_kernels_by_phase(analysis, out, top=top_kernels),
         atomic_write(out / "steps.csv", analysis.steps.write_csv),
         *(
             [atomic_write(out / "power_samples.parquet", analysis.power_samples.write_parquet)]

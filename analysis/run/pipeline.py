@@ -26,6 +26,7 @@ from analysis.normalize.events import MARKS_SCHEMA, NO_RANGES_HINT, RANGES_SCHEM
 from analysis.normalize.launches import duplicate_warning, orphan_warning
 from analysis.run.clocks import check_combinable, clock_offsets
 from analysis.run.load import Engine, LoadedTrace, load_all, shifted
+from analysis.run.provenance import analyze_options, finished, started
 from analysis.run.spill import DEFAULT_CHUNK_OPS
 
 __all__ = ["analyze", "bucket_edges", "find_power_files"]
@@ -75,6 +76,19 @@ def analyze(
     """
     phase_map = phase_map or default_phase_map()
     files = [Path(p) for p in paths]
+    provenance = started(
+        files,
+        analyze_options(
+            phase_map=phase_map,
+            power_files=power_files,
+            idle_power_w=idle_power_w,
+            jobs=jobs,
+            engine=engine,
+            chunk_ops=chunk_ops,
+            spill_dir=spill_dir,
+            force_combine=force_combine,
+        ),
+    )
     try:
         work = Path(tempfile.mkdtemp(prefix="nvtx-phases-", dir=spill_dir))
     except OSError as exc:
@@ -104,7 +118,7 @@ def analyze(
     shutil.rmtree(work / "ops", ignore_errors=True)
     if result.workdir is None:
         shutil.rmtree(work, ignore_errors=True)
-    return result
+    return finished(result, provenance)
 
 
 def _analyze(

@@ -1,0 +1,77 @@
+"""``timeline``: a run as one Chrome trace-event file for ui.perfetto.dev and chrome://tracing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from analysis.cli.analyze import AllRanges, PhaseMapFile, Steps, StripArgs
+from analysis.cli.app import ForceCombine, app, console, note, out_option, spinner
+from analysis.jobs.timeline import DEFAULT_MAX_OPS
+
+
+def _size(n_bytes: int) -> str:
+    return f"{n_bytes / 1e6:.1f} MB" if n_bytes >= 1e6 else f"{n_bytes / 1e3:.0f} kB"
+
+
+@app.command()
+def timeline(
+    run: Annotated[
+        list[Path],
+        typer.Argument(help="The run's analysis folder, or its traces (files or folders)."),
+    ],
+    out: Annotated[
+        Path, out_option("Trace file: .json, or .json.gz (gzipped; both viewers open it).")
+    ] = Path("timeline.json.gz"),
+    max_ops: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Most GPU operations shown one by one; past it each stream's operations are "
+            "merged into busy blocks (busy time kept; the file and this command say so).",
+        ),
+    ] = DEFAULT_MAX_OPS,
+    merge_gap_us: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            help="Merge each stream's operations less than this many µs apart, however many "
+            "there are (0: overlapping ones only).",
+        ),
+    ] = None,
+    phase_map: PhaseMapFile = None,
+    all_ranges: AllRanges = False,
+    force_combine: ForceCombine = False,
+    steps: Steps = None,
+    strip_args: StripArgs = False,
+) -> None:
+    """Timeline of a run: phases per process, GPU operations per stream, power and busy counters.
+
+    Chrome trace-event JSON on the run's clock (µs), for ui.perfetto.dev or chrome://tracing.
+    """
+    from analysis.jobs import timeline_to
+
+    with spinner(details=False) as reporter:
+        done = timeline_to(
+            run,
+            out,
+            max_ops=max_ops,
+            merge_gap_us=merge_gap_us,
+            phase_map=phase_map,
+            all_ranges=all_ranges,
+            force_combine=force_combine,
+            steps=steps,
+            strip_args=strip_args,
+            reporter=reporter,
+        )
+    for line in done.notes:
+        note(line)
+    console.print(
+        f"wrote {done.path} ({_size(done.size_bytes)}, {done.n_events:,} events: "
+        f"{done.n_phases:,} phases, {done.n_gpu_ops:,} GPU operations, "
+        f"{done.n_power_samples:,} power samples); open it in ui.perfetto.dev or chrome://tracing",
+        highlight=False,
+        soft_wrap=True,
+    )

@@ -1,0 +1,60 @@
+"""``whatif``: upper bounds on what four changes would save per step, from measured phase times."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from analysis.cli.app import app, console, out_option, print_written, spinner
+
+if TYPE_CHECKING:
+    import polars as pl
+
+
+def print_whatif_table(run: pl.DataFrame, source: str) -> None:
+    """The run-level bounds as a table, the phase times' source under it."""
+    from rich.table import Table
+
+    from analysis.render.whatif import RUN_HEADERS, run_rows
+
+    table = Table(title="What-if bounds (savings are upper bounds; assumptions in whatif.md)")
+    for i, header in enumerate(RUN_HEADERS):
+        table.add_column(header, justify="left" if i < 2 else "right")
+    for row in run_rows(run):
+        table.add_row(*row)
+    console.print(table)
+    console.print(f"phase times: {source}", highlight=False)
+
+
+@app.command()
+def whatif(
+    run: Annotated[
+        list[Path],
+        typer.Argument(
+            help="The run's analysis folder, its traces, or a folder holding phase_times.csv "
+            "(nvtx-phases logs)."
+        ),
+    ],
+    out: Annotated[Path, out_option("Folder for whatif.csv, whatif.md, figures/.")] = Path(
+        "whatif"
+    ),
+    lengths: Annotated[
+        Path | None,
+        typer.Option(
+            help="Response-length records (PolyTrace layout); default: found beside the run. "
+            "Adds the p90-response straggler bound."
+        ),
+    ] = None,
+    figures: Annotated[
+        bool, typer.Option("--figures/--no-figures", help="Draw figures/whatif_per_step.")
+    ] = True,
+) -> None:
+    """Upper bounds per step: gen/train overlapped, no straggler tail, balanced ranks, no gaps."""
+    from analysis.jobs import whatif_to
+
+    with spinner(details=False) as reporter:
+        done = whatif_to(run, out, lengths=lengths, figures=figures, reporter=reporter)
+    print_whatif_table(done.run, done.source)
+    print_written(done.written, out)

@@ -1,0 +1,79 @@
+"""The ``logs`` job: phase tables, per-step metrics and the share figure from VeRL logs alone."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from analysis.jobs.common import QUIET, Reporter
+
+if TYPE_CHECKING:
+    import polars as pl
+
+
+@dataclass(frozen=True)
+class LogsOutputs:
+    """What :func:`logs_to` made: the tables, the table's title and the files written."""
+
+    #: ``step, phase, seconds`` (``phase_times.csv``)
+    phase_times: pl.DataFrame
+    #: one row per step, every other metric as logged (``steps.csv``)
+    steps: pl.DataFrame
+    #: per phase, then other and step: n_steps, median_s, p10_s, p90_s, share
+    summary: pl.DataFrame
+    #: ``VeRL phase times: N steps (first–last)``
+    title: str
+    written: list[Path]
+
+
+def _step_list(steps: list[int], most: int = 8) -> str:
+    shown = ", ".join(map(str, steps[:most]))
+    return shown + (f", … ({len(steps)} steps)" if len(steps) > most else "")
+
+
+def logs_to(
+    paths: Sequence[Path], out: Path, *, max_bars: int = 40, reporter: Reporter = QUIET
+) -> LogsOutputs:
+    """Read VeRL console or JSON-lines logs (run segments, in order) and write into ``out``.
+
+    ``phase_times.csv``, ``steps.csv``, ``phase_summary.csv``, ``phase_summary.md`` and
+    ``figures/phase_share.{png,svg}`` (at most ``max_bars`` bars). A step logged again keeps the
+    last file's values (noted); a log without step timers is a ``WorkloadInputError``.
+    """
+    from analysis.render import verl_logs as render
+    from analysis.render.files import check_output_folder, output_folder
+    from analysis.workload import verl_logs as wl
+
+    check_output_folder(out)
+    reporter.stage(f"reading {len(paths)} VeRL log(s)")
+    log = wl.read_logs(paths)
+    repeated = wl.repeated_steps(log)
+    if repeated:
+        reporter.note(
+            f"steps logged more than once (a resumed run?): {_step_list(repeated)}; "
+            "each keeps the values of the last file that logged it"
+        )
+    values = wl.latest_values(log)
+    times = wl.phase_times(values)
+    if not (times["phase"] == wl.STEP).any():
+        reporter.note("no timing_s/step in the log: each step's time is the sum of its phases")
+    over = wl.overtimed_steps(times)
+    if over:
+        reporter.note(
+            f"phase timers add up to more than timing_s/step in steps {_step_list(over)} "
+            "(nested or overlapping timers?): their other (not timed) is 0"
+        )
+    steps = wl.steps_table(values, times)
+    summary = wl.phase_summary(times)
+    shares, bars = wl.share_bars(times, max_bars=max_bars)
+    title = render.summary_title(times)
+    with output_folder(out) as session:
+        render.write_csv_tables(session, times, steps, summary)
+        markdown = render.summary_markdown(summary, title)
+        session.write("phase_summary.md", lambda p: p.write_text(markdown, encoding="utf-8"))
+        session.add(render.phase_share_figure(shares, bars, out / "figures"))
+    return LogsOutputs(
+        phase_times=times, steps=steps, summary=summary, title=title, written=session.written
+    )

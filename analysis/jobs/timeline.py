@@ -1,0 +1,114 @@
+"""The ``timeline`` job: a run (analysis folder or traces) → one Chrome trace-event file.
+
+:func:`~analysis.jobs.run.open_run` reads the run either way. An analysis folder read back keeps
+only three columns of its GPU activity, so the timeline scans the folder's whole
+``gpu_activity.parquet`` itself. The events are built by :mod:`analysis.render.timeline`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from analysis.errors import OutputError
+from analysis.jobs.common import QUIET, Reporter
+from analysis.jobs.run import analysis_folder, open_run
+
+if TYPE_CHECKING:  # Polars and the analysis are imported where used: importing jobs is cheap
+    from analysis.model import Analysis
+
+#: GPU operations shown one by one up to this many; past it, merged per stream into busy blocks
+DEFAULT_MAX_OPS = 200_000
+
+
+@dataclass(frozen=True)
+class TimelineOutputs:
+    """What :func:`timeline_to` wrote, and what the user should know about it."""
+
+    path: Path
+    size_bytes: int
+    n_events: int
+    n_phases: int
+    n_gpu_ops: int
+    n_power_samples: int
+    #: operations merged (how), or not available in an analysis folder
+    notes: list[str]
+
+
+def check_output_file(out: Path) -> None:
+    """Fail early, in one line, when ``out`` cannot be written as a file (before analyzing)."""
+    if out.is_dir():
+        raise OutputError(f"--out {out}: is a folder; give a file name such as trace.json.gz")
+    existing = out.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise OutputError(f"--out {out}: cannot create it ({existing} is not a folder)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise OutputError(f"--out {out}: cannot create it ({existing} is not writable)")
+
+
+def with_full_activity(run: Analysis, folder: Path) -> Analysis:
+    """``run`` read back from ``folder`` with its whole GPU activity table (scanned lazily)."""
+    import polars as pl
+
+    path = folder / "gpu_activity.parquet"
+    return dataclasses.replace(run, gpu_activity=pl.scan_parquet(path)) if path.exists() else run
+
+
+def timeline_to(
+    inputs: Sequence[Path],
+    out: Path,
+    *,
+    max_ops: int = DEFAULT_MAX_OPS,
+    merge_gap_us: float | None = None,
+    phase_map: Path | None = None,
+    all_ranges: bool = False,
+    force_combine: bool = False,
+    steps: str | None = None,
+    strip_args: bool = False,
+    reporter: Reporter = QUIET,
+) -> TimelineOutputs:
+    """Write one run's timeline to ``out`` (gzipped when it ends in ``.gz``): ``timeline``.
+
+    Past ``max_ops`` GPU operations, each stream's are merged into busy blocks; ``merge_gap_us``
+    merges operations less than that apart whatever their number. ``phase_map``/``all_ranges``/
+    ``force_combine``/``strip_args`` apply to traces (a note for an analysis folder); ``steps``
+    (``--steps`` syntax) keeps those steps' phases and operations.
+    """
+    from analysis.attribute.phase_map import default_phase_map, load_phase_map
+    from analysis.render.timeline import build_timeline, write_timeline
+    from analysis.run.select import parse_steps, select_steps
+
+    spec = parse_steps(steps) if steps else None  # a bad spec fails before any reading
+    check_output_file(out)
+    folder = analysis_folder(inputs)
+    if folder is not None and (phase_map or all_ranges):
+        reporter.note(f"{folder} was analyzed already; --phase-map/--all-ranges not applied")
+    pmap = None
+    if folder is None:
+        pmap = load_phase_map(phase_map) if phase_map else default_phase_map()
+        pmap = pmap.with_all_ranges() if all_ranges else pmap
+        pmap = pmap.with_strip_args() if strip_args else pmap
+    gap_ns = None if merge_gap_us is None else round(merge_gap_us * 1000)
+    with open_run(inputs, phase_map=pmap, force_combine=force_combine, reporter=reporter) as run:
+        full = run if folder is None else with_full_activity(run, folder)
+        full = select_steps(full, spec) if spec else full
+        reporter.stage("building the timeline")
+        timeline = build_timeline(full, max_ops=max_ops, merge_gap_ns=gap_ns)
+        reporter.stage(f"writing {out}")
+        path = write_timeline(timeline, out)
+    other = timeline.other_data
+    return TimelineOutputs(
+        path=path,
+        size_bytes=path.stat().st_size,
+        n_events=timeline.n_events,
+        n_phases=other["n_phases"],
+        n_gpu_ops=other["n_gpu_ops"],
+        n_power_samples=other["n_power_samples"],
+        notes=timeline.notes,
+    )

@@ -1,0 +1,131 @@
+"""The power envelope (:mod:`analysis.energy.envelope`) as ``power_envelope.csv`` and a figure.
+
+Nothing here computes: the table is written as it is (floats to 3 decimals), and the figure
+draws its columns. matplotlib is imported only when drawing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from analysis.render.files import atomic_write
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+CSV_NAME = "power_envelope.csv"
+FIGURE_STEM = "power_envelope"
+
+
+def write_envelope_csv(envelope: pl.DataFrame, out: str | Path) -> list[Path]:
+    """Write ``out/power_envelope.csv`` (atomically); nothing for an empty table."""
+    if envelope.is_empty():
+        return []
+    return [atomic_write(Path(out) / CSV_NAME, lambda p: envelope.write_csv(p, float_precision=3))]
+
+
+def _label(path: str) -> str:
+    return path.removeprefix("step/")
+
+
+def _gpu_panel(ax: Axes, gpus: pl.DataFrame, paths: list[str]) -> None:
+    """Per GPU and phase: a line from p50 to max, p50 dot, p95 tick, max triangle."""
+    from analysis.normalize.devices import device_label
+
+    devices = sorted(gpus["device"].unique().to_list())
+    width = 0.8 / max(len(devices), 1)
+    for k, device in enumerate(devices):
+        rows = gpus.filter(pl.col("device") == device)
+        values = {r["path"]: r for r in rows.iter_rows(named=True)}
+        x = [i - 0.4 + width * (k + 0.5) for i, p in enumerate(paths) if p in values]
+        got = [values[p] for p in paths if p in values]
+        color = f"C{k % 10}"
+        ax.vlines(x, [r["p50_w"] for r in got], [r["max_w"] for r in got], color=color, lw=1)
+        ax.plot(x, [r["p50_w"] for r in got], "o", color=color, ms=4, label=device_label(device))
+        ax.plot(x, [r["p95_w"] for r in got], "_", color=color, ms=8)
+        ax.plot(x, [r["max_w"] for r in got], "^", color=color, ms=4)
+    ax.set_ylim(
+        0, 1.25 * float(gpus.select(pl.col("max_w").max()).item() or 1.0)
+    )  # room for the legend
+    ax.set_ylabel("GPU power (W)")
+    ax.set_title("Per GPU: p50 dot, p95 tick, max triangle", fontsize=9)
+    if len(devices) <= 8:
+        ax.legend(frameon=False, fontsize=7, ncol=min(4, len(devices)))
+
+
+def _node_panels(power: Axes, ramp: Axes, nodes: pl.DataFrame, paths: list[str]) -> None:
+    """Per node and phase: p50 bar with p95/max marks and energy share; ramp at phase start."""
+    hosts = sorted(nodes["host"].unique().to_list())
+    width = 0.8 / max(len(hosts), 1)
+    for k, host in enumerate(hosts):
+        values = {r["path"]: r for r in nodes.filter(pl.col("host") == host).iter_rows(named=True)}
+        x = [i - 0.4 + width * (k + 0.5) for i, p in enumerate(paths) if p in values]
+        got = [values[p] for p in paths if p in values]
+        color = f"C{k % 10}"
+        p50 = [r["p50_w"] or 0.0 for r in got]
+        power.bar(x, p50, width * 0.9, color=color, alpha=0.55, label=f"node {host}")
+        power.vlines(x, p50, [r["max_w"] or 0.0 for r in got], color="#333333", lw=1)
+        power.plot(x, [r["p95_w"] for r in got], "_", color="#333333", ms=10)
+        power.plot(x, [r["max_w"] for r in got], "^", color="#333333", ms=4)
+        for xi, r in zip(x, got, strict=True):
+            if r["energy_share_pct"] is not None and r["max_w"] is not None:
+                power.annotate(
+                    f"{r['energy_share_pct']:.1f}%",
+                    (xi, r["max_w"]),
+                    textcoords="offset points",
+                    xytext=(0, 4),
+                    ha="center",
+                    fontsize=6,
+                )
+        ramp.bar(x, [r["ramp_w_per_ms"] or 0.0 for r in got], width * 0.9, color=color, alpha=0.55)
+        ramp.plot(x, [r["ramp_max_w_per_ms"] for r in got], "D", color="#333333", ms=3)
+    power.set_ylim(
+        0, 1.2 * float(nodes.select(pl.col("max_w").max()).item() or 1.0)
+    )  # room for the labels
+    power.set_ylabel("node power (W)")
+    power.set_title(
+        "Per node (sum of its GPUs): p50 bar, p95 tick, max triangle; label: % of run energy",
+        fontsize=9,
+    )
+    if len(hosts) > 1:
+        power.legend(frameon=False, fontsize=7)
+    windows = nodes["ramp_window_ms"].drop_nulls().unique().sort().to_list()
+    window = "/".join(f"{float(w):.3g}" for w in windows) or "?"
+    ramp.axhline(0, color="#999999", lw=0.6)
+    ramp.set_ylabel("W/ms")
+    ramp.set_title(
+        f"Node ramp at phase start (mean {window} ms after − before): median bar, steepest diamond",
+        fontsize=9,
+    )
+
+
+def power_envelope_figure(envelope: pl.DataFrame, out: str | Path) -> list[Path]:
+    """``figures/power_envelope.png/svg``: the envelope per GPU, per node, and node ramps."""
+    if envelope.is_empty() or envelope["p50_w"].is_null().all():
+        return []
+    import matplotlib.pyplot as plt
+
+    from analysis.render.figures import save_figure  # sets the headless backend
+
+    paths = list(dict.fromkeys(envelope["path"].to_list()))  # the table's order: first start
+    gpus = envelope.filter(pl.col("scope") == "gpu")
+    nodes = envelope.filter(pl.col("scope") == "node")
+    n_panels = 3 if not nodes.is_empty() else 1
+    fig, axes = plt.subplots(
+        n_panels, 1, figsize=(max(8, 0.9 * len(paths) + 3), 2.6 * n_panels + 0.6), sharex=True
+    )
+    axes = list(axes) if n_panels > 1 else [axes]
+    _gpu_panel(axes[0], gpus, paths)
+    if n_panels == 3:
+        _node_panels(axes[1], axes[2], nodes, paths)
+    for ax in axes:
+        ax.grid(axis="y", color="#eeeeee", lw=0.6)
+        ax.set_axisbelow(True)
+    axes[-1].set_xticks(range(len(paths)), [_label(p) for p in paths], rotation=30, ha="right")
+    source = ", ".join(sorted(set(envelope["power_from"].drop_nulls().to_list())))
+    fig.suptitle(f"Power envelope per phase (all steps; power from {source})", fontsize=10)
+    fig.tight_layout()
+    return save_figure(fig, Path(out), FIGURE_STEM)

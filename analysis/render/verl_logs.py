@@ -1,0 +1,209 @@
+"""Phase tables from VeRL's logs, rendered: CSV files, the Markdown and terminal tables, the figure.
+
+Everything here takes the finished frames of :mod:`analysis.workload.verl_logs`; nothing computes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from analysis.workload.verl_logs import OTHER, STEP
+
+if TYPE_CHECKING:
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from rich.table import Table
+
+    from analysis.render.files import OutputSession
+
+#: the figure's size in inches, whatever the number of steps (bars are binned past ``max_bars``)
+FIGURE_SIZE = (10.0, 5.0)
+_OTHER_COLOR = "#d0d0d0"
+#: for phases the project gives no color (save_checkpoint, gen_max, a release's new stages)
+_SPARE_COLORS = ("#17becf", "#bcbd22", "#e377c2", "#1f77b4", "#9467bd", "#8c564b", "#d62728")
+
+
+def _seconds(value: float | None) -> str:
+    return "" if value is None else f"{value:,.3f}"
+
+
+def _share(value: float | None) -> str:
+    return "" if value is None else f"{100 * value:.1f}%"
+
+
+def _summary_rows(summary: pl.DataFrame) -> list[tuple[str, str, str, str, str]]:
+    """``phase, steps, median s, p10–p90 s, share`` as text, one tuple per summary row."""
+    return [
+        (
+            row["phase"],
+            str(row["n_steps"]),
+            _seconds(row["median_s"]),
+            f"{_seconds(row['p10_s'])}–{_seconds(row['p90_s'])}",
+            _share(row["share"]),
+        )
+        for row in summary.iter_rows(named=True)
+    ]
+
+
+SUMMARY_HEADER = ("phase", "steps", "median s", "p10–p90 s", "share of step")
+
+
+def summary_title(times: pl.DataFrame) -> str:
+    """``VeRL phase times: N steps (first–last)``."""
+    steps = times["step"].unique().sort().to_list()
+    if not steps:
+        return "VeRL phase times: no steps"
+    return f"VeRL phase times: {len(steps)} steps ({steps[0]}–{steps[-1]})"
+
+
+def summary_markdown(summary: pl.DataFrame, title: str) -> str:
+    """The per-phase table (median, p10–p90, share of step) as Markdown."""
+    lines = [
+        f"# {title}",
+        "",
+        "| " + " | ".join(SUMMARY_HEADER) + " |",
+        "|---|" + "---:|" * (len(SUMMARY_HEADER) - 1),
+    ]
+    lines += ["| " + " | ".join(row) + " |" for row in _summary_rows(summary)]
+    lines += [
+        "",
+        f"Seconds over the steps a phase ran in; share: its seconds over all steps / the steps' "
+        f"total (`{OTHER}`: the step's time no phase timer covers).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def summary_rich_table(summary: pl.DataFrame, title: str) -> Table:
+    """The per-phase table for the terminal (names as text, never markup)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(
+        title=title,
+        caption="share: a phase's seconds over all steps / the steps' total",
+        header_style="bold",
+    )
+    for i, name in enumerate(SUMMARY_HEADER):
+        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=i == 0)
+    for phase, *cells in _summary_rows(summary):
+        style = "bold" if phase == STEP else "dim" if phase == OTHER else ""
+        table.add_row(Text(phase, style=style), *cells)
+    return table
+
+
+def write_csv_tables(
+    session: OutputSession, times: pl.DataFrame, steps: pl.DataFrame, summary: pl.DataFrame
+) -> list[Path]:
+    """``phase_times.csv``, ``steps.csv`` and ``phase_summary.csv`` into the session's folder."""
+    return [
+        session.write("phase_times.csv", times.write_csv),
+        session.write("steps.csv", steps.write_csv),
+        session.write("phase_summary.csv", summary.write_csv),
+    ]
+
+
+def _colors(phases: list[str]) -> dict[str, str]:
+    """The project's phase colors; phases without one get distinct colors in turn."""
+    from nvtx_phases.naming import PHASE_COLORS
+
+    spare = iter(_SPARE_COLORS * (1 + len(phases) // len(_SPARE_COLORS)))
+    return {
+        phase: _OTHER_COLOR
+        if phase == OTHER
+        else f"#{PHASE_COLORS[phase] & 0xFFFFFF:06x}"
+        if phase in PHASE_COLORS
+        else next(spare)
+        for phase in phases
+    }
+
+
+def phase_share_figure(shares: pl.DataFrame, bars: pl.DataFrame, out: Path) -> list[Path]:
+    """Stacked bars: each phase's share of the step (adding up to 100%), step time on the right.
+
+    One bar per step, or per bin of consecutive steps when ``bars`` bins them (shares pooled over
+    the bin; the step time its median with p10–p90 whiskers). Always :data:`FIGURE_SIZE`.
+    """
+    import numpy as np
+
+    from analysis.render.figures import plt, save_figure
+
+    if bars.is_empty():
+        return []
+    x = np.arange(bars.height)
+    binned = bool((bars["n_steps"] > 1).any())
+    fig, ax = plt.subplots(figsize=FIGURE_SIZE)
+    fig.subplots_adjust(left=0.07, right=0.72, bottom=0.17, top=0.88)
+    bottom = np.zeros(bars.height)
+    phases = shares["phase"].unique(maintain_order=True).to_list()
+    colors = _colors(phases)
+    for phase in phases:
+        rows = shares.filter(pl.col("phase") == phase)
+        height = np.zeros(bars.height)
+        height[rows["bar"].to_numpy()] = 100 * np.nan_to_num(rows["share"].to_numpy())
+        ax.bar(
+            x,
+            height,
+            bottom=bottom,
+            width=0.8,
+            label=phase,
+            color=colors[phase],
+            hatch="//" if phase == OTHER else None,
+            edgecolor="white",
+            linewidth=0.3,
+        )
+        bottom += height
+    ax.set_ylim(0, 100)
+    ax.set_xlim(-0.6, bars.height - 0.4)
+    ax.set_ylabel("share of step time (%)")
+    _step_time_axis(ax, x, bars, binned)
+    _x_labels(ax, x, bars["label"].to_list(), binned)
+    n_steps = int(bars["n_steps"].sum())
+    ax.set_title(
+        f"Share of step time per phase (VeRL timers, {n_steps} steps)"
+        + ("\nbars: consecutive steps pooled; step time: median, p10–p90" if binned else ""),
+        fontsize=10,
+    )
+    handles, labels = ax.get_legend_handles_labels()
+    step_handles, step_labels = fig.axes[-1].get_legend_handles_labels()
+    ax.legend(
+        handles[::-1] + step_handles,
+        labels[::-1] + step_labels,
+        loc="upper left",
+        bbox_to_anchor=(1.1, 1.0),
+        frameon=False,
+        fontsize=8,
+    )
+    return save_figure(fig, out, "phase_share")
+
+
+def _step_time_axis(ax: plt.Axes, x: np.ndarray, bars: pl.DataFrame, binned: bool) -> None:
+    """Step time (s) on a right axis: dots per step, or median with p10–p90 per bin."""
+    import numpy as np
+
+    right = ax.twinx()
+    median = bars["median_s"].to_numpy()
+    low = median - bars["p10_s"].to_numpy()
+    high = bars["p90_s"].to_numpy() - median
+    right.errorbar(
+        x,
+        median,
+        yerr=np.vstack([low, high]) if binned else None,
+        fmt="o-" if bars.height <= 40 else "-",
+        color="#222222",
+        markersize=3,
+        linewidth=0.8,
+        capsize=2 if binned else 0,
+        label="step time (s)" + ("\nmedian, p10–p90" if binned else ""),
+    )
+    right.set_ylim(0, float(np.nanmax(bars["p90_s"].to_numpy())) * 1.15 or 1.0)
+    right.set_ylabel("step time (s)")
+
+
+def _x_labels(ax: plt.Axes, x: np.ndarray, labels: list[str], binned: bool) -> None:
+    """At most 20 tick labels, slanted when they are step ranges."""
+    every = max(1, -(-len(labels) // 20))
+    ax.set_xticks(x[::every], labels[::every], rotation=45 if binned else 0, fontsize=7)
+    ax.set_xlabel("steps (binned)" if binned else "step")

@@ -1,0 +1,278 @@
+"""Step selection (``--steps``): one run's analysis restricted to some of its steps.
+
+A spec is a comma-separated list of items, each a step ``N``, a range ``A:B`` that includes both
+ends, or an open range ``A:`` (A and later) or ``:B`` (up to B); ``:`` is every step. Numbers are
+the step indices of ``steps.csv`` and of the phase table's ``step`` column (VeRL numbers steps
+from 1; ``step`` ranges without a payload are numbered from 0): labels, not positions, hence
+inclusive ranges. ``2:3`` is steps 2 and 3; ``2:`` skips a warm-up step 1; ``1,3,7`` three steps.
+
+:func:`select_steps` keeps, exactly as the whole run's analysis has them, the phase rows and
+per-GPU phase rows of the selected steps, their ``steps`` rows and the GPU operations whose step
+(``window_step``: the step of the window phase at the operation's start, else the step window
+containing its start) is selected. From those operations it recounts the kernel table and the
+summary's GPU totals: whole operations, each with the phase at its start (``window_path``;
+``projection_path`` for the projection scheme) or unattributed, so that ``attributed +
+unattributed = total`` holds to the nanosecond. Operations of other steps or of no step are
+excluded and counted in a note (summary warnings). Energy totals and power samples stay the
+whole run's; the phase rows carry the selected steps' energy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from analysis.aggregate.phases import kernel_partial, kernel_table
+from analysis.errors import InputError
+from analysis.frames import int_value
+from analysis.model import Analysis, GpuTotals, RunSummary
+
+__all__ = [
+    "StepSpec",
+    "available_steps",
+    "parse_steps",
+    "select_run",
+    "select_steps",
+    "steps_text",
+]
+
+_ITEM = re.compile(r"^\s*(\d+)?\s*(:)?\s*(\d+)?\s*$")
+#: the GPU activity columns a selection reads
+_NEEDED = (
+    "window_step",
+    "window_path",
+    "projection_path",
+    "kind",
+    "op_class",
+    "name",
+    "start_ns",
+    "end_ns",
+    "dur_ns",
+    "bytes",
+)
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """A parsed ``--steps`` value: inclusive ``(first, last)`` ranges, None for an open end."""
+
+    text: str
+    items: tuple[tuple[int | None, int | None], ...]
+
+    def picks(self, steps: Iterable[int]) -> list[int]:
+        """The steps among ``steps`` the spec selects, in increasing order."""
+        return sorted(
+            s
+            for s in set(steps)
+            if any((lo is None or s >= lo) and (hi is None or s <= hi) for lo, hi in self.items)
+        )
+
+    def named(self) -> list[int]:
+        """The single steps the spec names (``N`` items)."""
+        return [lo for lo, hi in self.items if lo is not None and lo == hi]
+
+
+def parse_steps(text: str) -> StepSpec:
+    """Parse a ``--steps`` value; a malformed one is a one-line :class:`InputError`."""
+    items: list[tuple[int | None, int | None]] = []
+    for part in text.split(","):
+        match = _ITEM.match(part)
+        if not part.strip() or match is None or (match[2] is None and match[3] is not None):
+            raise InputError(
+                f"--steps {text!r}: {part.strip()!r} is not a step N, an inclusive range A:B, "
+                "an open range A: or :B, or a comma-separated list of them (e.g. 2:, 1,3,7)"
+            )
+        first = int(match[1]) if match[1] else None
+        last = first if match[2] is None else (int(match[3]) if match[3] else None)
+        if first is not None and last is not None and first > last:
+            raise InputError(f"--steps {text!r}: range {part.strip()} ends before it starts")
+        items.append((first, last))
+    return StepSpec(text.strip(), tuple(items))
+
+
+def available_steps(analysis: Analysis) -> list[int]:
+    """The run's step indices: its step windows and the steps its phase rows carry."""
+    found = set(analysis.steps["step"].drop_nulls().to_list()) if analysis.steps.height else set()
+    if "step" in analysis.phases.columns:
+        found |= set(analysis.phases["step"].drop_nulls().to_list())
+    return sorted(int(s) for s in found)
+
+
+def steps_text(steps: list[int]) -> str:
+    """Steps as a spec: consecutive runs as ``A:B`` (``1:3, 5``)."""
+    runs: list[list[int]] = []
+    for step in steps:
+        if runs and step == runs[-1][1] + 1:
+            runs[-1][1] = step
+        else:
+            runs.append([step, step])
+    return ", ".join(str(a) if a == b else f"{a}:{b}" for a, b in runs)
+
+
+def select_steps(analysis: Analysis, spec: str | StepSpec) -> Analysis:
+    """``analysis`` restricted to the steps ``spec`` selects (see the module's docstring).
+
+    The result shares ``analysis``'s temporary files: closing either removes them. A spec that
+    matches no step, or an analysis without its whole GPU activity table (an analysis folder read
+    back by :func:`analysis.render.files.load_analysis` keeps three columns), is an
+    :class:`InputError`.
+    """
+    spec = parse_steps(spec) if isinstance(spec, str) else spec
+    available = available_steps(analysis)
+    chosen = spec.picks(available)
+    if not chosen:
+        have = f"steps available: {steps_text(available)}" if available else "the run has no steps"
+        raise InputError(f"--steps {spec.text!r} matches no step of this run ({have})")
+    columns = analysis.gpu_activity.collect_schema().names()
+    missing = [c for c in _NEEDED if c not in columns]
+    if missing:
+        raise InputError(
+            f"--steps {spec.text}: the GPU activity table lacks {', '.join(missing)}; "
+            "select steps on the run's traces or its analysis folder"
+        )
+    inside = pl.col("window_step").is_in(chosen).fill_null(False)
+    activity = analysis.gpu_activity.filter(inside)
+    phases = analysis.phases.filter(pl.col("step").is_in(chosen).fill_null(False))
+    record = _record(analysis, spec, chosen, available, phases.height, inside)
+    steps = analysis.steps.filter(pl.col("step").is_in(chosen))
+    return dataclasses.replace(
+        analysis,
+        phases=phases,
+        phase_devices=analysis.phase_devices.filter(pl.col("step").is_in(chosen).fill_null(False)),
+        gpu_activity=activity,
+        kernels=_kernels(activity, analysis.kernels),
+        steps=steps,
+        summary=_summary(analysis.summary, activity, phases, steps.height, record),
+    )
+
+
+def select_run(run: Analysis, spec: str | StepSpec, folder: Path | None = None) -> Analysis:
+    """:func:`select_steps` on a run handed over: ``run`` is closed when the selection fails.
+
+    ``folder``: the analysis folder ``run`` was read back from; its whole
+    ``gpu_activity.parquet`` is scanned (lazily), as ``load_analysis`` keeps three columns.
+    """
+    with ExitStack() as on_error:
+        on_error.callback(run.close)
+        activity = folder / "gpu_activity.parquet" if folder is not None else None
+        if activity is not None and activity.exists():
+            run = dataclasses.replace(run, gpu_activity=pl.scan_parquet(activity))
+        selected = select_steps(run, spec)
+        on_error.pop_all()
+    return selected
+
+
+def _gpu_totals(activity: pl.LazyFrame) -> GpuTotals:
+    """The summary's GPU totals over these operations, whole, by the phase at their start."""
+    kind, dur = pl.col("kind"), pl.col("dur_ns")
+    window, projection = (
+        pl.col("window_path").is_not_null(),
+        pl.col("projection_path").is_not_null(),
+    )
+    row = (
+        activity.select(
+            dur.sum().alias("total_gpu_ns"),
+            dur.filter(window).sum().alias("attributed_gpu_ns"),
+            dur.filter(~window).sum().alias("unattributed_gpu_ns"),
+            dur.filter(projection).sum().alias("projection_attributed_gpu_ns"),
+            dur.filter(~projection).sum().alias("projection_unattributed_gpu_ns"),
+            pl.len().alias("n_gpu_ops"),
+            (kind == "kernel").sum().alias("n_kernels"),
+            dur.filter(kind == "kernel").sum().alias("kernel_ns"),
+            dur.filter(pl.col("op_class") == "nccl").sum().alias("nccl_ns"),
+            dur.filter(kind == "memcpy").sum().alias("memcpy_ns"),
+            pl.col("bytes").filter(kind == "memcpy").sum().alias("memcpy_bytes"),
+            dur.filter(kind == "memset").sum().alias("memset_ns"),
+            dur.filter(kind == "graph").sum().alias("graph_ns"),
+            (kind == "graph").sum().alias("n_graphs"),
+        )
+        .collect()
+        .row(0, named=True)
+    )
+    counts = {name: int(value or 0) for name, value in row.items()}
+    conserved = (
+        counts["attributed_gpu_ns"] + counts["unattributed_gpu_ns"] == counts["total_gpu_ns"]
+        and counts["projection_attributed_gpu_ns"] + counts["projection_unattributed_gpu_ns"]
+        == counts["total_gpu_ns"]
+    )
+    return GpuTotals(gpu_time_conserved=conserved, **counts)
+
+
+def _kernels(activity: pl.LazyFrame, like: pl.DataFrame) -> pl.DataFrame:
+    """The kernel table of these operations, with the whole run's column types."""
+    ops = (
+        activity.filter(pl.col("kind").is_in(["kernel", "graph"]))
+        .select("kind", "name", "op_class", "start_ns", "end_ns")
+        .collect()
+    )
+    table = kernel_table([kernel_partial(ops)])
+    types = {c: t for c, t in like.schema.items() if c in table.columns}
+    return table.cast(types)  # type: ignore[arg-type]
+
+
+def _record(
+    analysis: Analysis,
+    spec: StepSpec,
+    chosen: list[int],
+    available: list[int],
+    kept_rows: int,
+    inside: pl.Expr,
+) -> dict[str, Any]:
+    """What the selection kept and excluded (``summary.json``'s ``selection``, and a note)."""
+    dur, no_step = pl.col("dur_ns"), pl.col("window_step").is_null()
+    out = (
+        analysis.gpu_activity.filter(~inside)
+        .select(
+            pl.len().alias("excluded_gpu_ops"),
+            dur.sum().alias("excluded_gpu_ns"),
+            no_step.sum().alias("excluded_no_step_gpu_ops"),
+            dur.filter(no_step).sum().alias("excluded_no_step_gpu_ns"),
+        )
+        .collect()
+        .row(0, named=True)
+    )
+    return {
+        "spec": spec.text,
+        "steps": chosen,
+        "available_steps": available,
+        "not_found": [s for s in spec.named() if s not in available],
+        **{name: int_value(value) if value is not None else 0 for name, value in out.items()},
+        "excluded_phase_rows": analysis.phases.height - kept_rows,
+        "gpu_totals": "whole operations of the selected steps, by the phase at their start",
+        "energy_totals": "whole run" if analysis.summary.energy is not None else None,
+    }
+
+
+def _summary(
+    summary: RunSummary,
+    activity: pl.LazyFrame,
+    phases: pl.DataFrame,
+    n_steps: int,
+    record: dict[str, Any],
+) -> RunSummary:
+    r = record
+    missing = f"; no step {steps_text(r['not_found'])}" if r["not_found"] else ""
+    ms = r["excluded_gpu_ns"] / 1e6, r["excluded_no_step_gpu_ns"] / 1e6
+    note = (
+        f"--steps {r['spec']!r} selected {len(r['steps'])} of {len(r['available_steps'])} "
+        f"steps ({steps_text(r['steps'])}){missing}; excluded {r['excluded_gpu_ops']:,} GPU "
+        f"operation(s), {ms[0]:.3f} ms, outside them ({r['excluded_no_step_gpu_ops']:,}, "
+        f"{ms[1]:.3f} ms, in no step) and {r['excluded_phase_rows']:,} phase row(s); GPU "
+        "totals count whole operations by the step and phase at their start"
+        + ("; energy totals are the whole run's" if summary.energy is not None else "")
+    )
+    return dataclasses.replace(
+        summary,
+        gpu=_gpu_totals(activity),
+        n_steps=n_steps,
+        n_phase_ranges=int(phases["n_ranges"].sum()) if phases.height else 0,
+        warnings=[*summary.warnings, note],
+        selection=record,
+    )

@@ -1,0 +1,394 @@
+"""What-if bounds per step: how much time (and energy) four changes could save at most.
+
+Every bound is computed from measured phase times, one row per step, bound and variant
+(:data:`WHATIF_SCHEMA`), each with its assumption beside it (:data:`ASSUMPTIONS`):
+
+- ``overlap_gen_train``: one-step-off async RL, the generation of step k+1 running while the
+  rest of step k trains; on separate GPUs, or on the same GPUs time-sliced;
+- ``no_straggler_tail``: every rank's generation ending when the p50 (p90) rank's did, or
+  decoding stopping when the p90 response finished (length records);
+- ``balanced_dp``: per phase, every GPU as busy as the mean GPU;
+- ``no_transitions``: the time inside a step that none of its phases covers, removed.
+
+Inputs are :class:`WhatIfInputs`: the phase times (a run's driver/window phases, or a
+``phase_times.csv`` from VeRL's logs, which carries times only) and, where measured, per-GPU
+busy time, per-rank generation ends, length records and power. A bound without its data is a
+row with a null ``bound_s`` whose assumption says ``not available: why``; nothing is invented.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from nvtx_phases.naming import STEP
+
+GEN = "gen"
+OVERLAP, TAIL, BALANCED, TRANSITION = (
+    "overlap_gen_train",
+    "no_straggler_tail",
+    "balanced_dp",
+    "no_transitions",
+)
+#: the rows of ``whatif.csv``: one per step × bound × variant
+WHATIF_SCHEMA = {
+    "step": pl.Int64,
+    "bound": pl.String,
+    "variant": pl.String,
+    "measured_s": pl.Float64,
+    "bound_s": pl.Float64,
+    "saving_s": pl.Float64,
+    "saving_pct": pl.Float64,
+    "energy_saving_j": pl.Float64,
+    "assumption": pl.String,
+}
+#: the columns of a ``phase_times.csv`` (``nvtx-phases logs``); the step's own time is phase ``step``
+PHASE_TIMES_SCHEMA = {"step": pl.Int64, "phase": pl.String, "seconds": pl.Float64}
+#: ``balanced_dp``'s step-level variant (its other variants are the step's phases)
+WHOLE_STEP = "whole_step"
+_REST = "rest = the step's wall − its gen (training, reward, weight sync, transitions)"
+_NO_TAIL = (
+    "everything after generation moves earlier by the removed tail; the stragglers' extra "
+    "decoding is dropped or spread at no cost"
+)
+ASSUMPTIONS: dict[tuple[str, str], str] = {
+    (OVERLAP, "separate_gpus"): (
+        "one-step-off async RL on separate GPUs: step k takes max(gen of step k+1, rest of step "
+        f"k), {_REST}; each side keeps its measured time on its own GPUs (splitting them slows "
+        "neither; the extra GPUs' energy is not counted); the last step uses its own gen; steady "
+        "state (no pipeline fill or drain), the one-step policy lag not modelled"
+    ),
+    (OVERLAP, "shared_gpus"): (
+        "one-step-off async RL on the same GPUs, time-sliced: step k takes max(gen of step k+1, "
+        "rest of step k, the busiest GPU's busy time in both), so the overlap only fills each "
+        f"side's idle GPU time; {_REST}; perfect time slicing, both fit in GPU memory; the last "
+        "step uses its own gen"
+    ),
+    (TAIL, "p50_rank"): (
+        "every rank's generation ends when the median rank's does (nearest rank: the "
+        f"⌈n/2⌉-th end of n); {_NO_TAIL}"
+    ),
+    (TAIL, "p90_rank"): (
+        "every rank's generation ends when the p90 rank's does (nearest rank: the ⌈0.9n⌉-th end "
+        f"of n: with fewer than 10 ranks that is the last rank, and no saving); {_NO_TAIL}"
+    ),
+    (TAIL, "p90_response"): (
+        "decoding stops when the p90 response finishes: responses decode in parallel at about "
+        "the same rate, so it finishes at p90/max of the generation time (length records); "
+        "the longest 10% of responses are dropped or spread at no cost"
+    ),
+    (BALANCED, WHOLE_STEP): "the step minus the balanced_dp saving of each of its phases",
+    (TRANSITION, "between_phases"): (
+        "nothing runs between phases: the step's wall minus the sum of its direct child phases "
+        "(disjoint: one thread's ranges nest, VeRL's stage timers run one after another) is removed; energy: the measured energy of that "
+        "uncovered time (gap_energy_j of the step)"
+    ),
+}
+#: ``balanced_dp``'s assumption for one phase (its variant is the phase's name)
+BALANCED_PHASE = (
+    "every GPU's busy time in this phase equal to the mean GPU's: the phase is shorter by the "
+    "busiest GPU's busy time above the mean (wall − (max − mean)); its idle gaps and the "
+    "phase's CPU time stay; NCCL waits count as busy, so imbalance hidden inside collectives "
+    "is not seen"
+)
+#: how ``energy_saving_j`` is priced (every bound but ``no_transitions``)
+ENERGY_RULE = (
+    "energy_saving_j = saving_s × the idle power of the run's GPUs (summary idle_power_w, "
+    "summed): the work is still done, only the waiting goes; null without power samples or "
+    "an idle baseline"
+)
+
+
+@dataclass(frozen=True)
+class WhatIfInputs:
+    """What the bounds are computed from; None where the run did not measure it."""
+
+    #: ``step, phase, seconds``: each step's wall (phase ``step``) and its direct child phases
+    times: pl.DataFrame
+    #: ``step, phase, device, busy_s``: GPU busy time per device in each window phase
+    busy: pl.DataFrame | None
+    #: ``step, pid, gen_end_ns``: when each rank's generation range ended
+    rank_ends: pl.DataFrame | None
+    #: ``step, tail_s``: decoding after the p90 response would have finished
+    p90_tail: pl.DataFrame | None
+    #: ``step, gap_energy_j``: energy of the step outside its phases (measured)
+    gap_energy: pl.DataFrame | None
+    #: the idle power of all the run's GPUs together (W)
+    idle_power_w: float | None
+    #: where the phase times come from, in words
+    source: str
+
+
+# --- the bounds ----------------------------------------------------------------------------------
+
+
+def p90_response_tail(times: pl.DataFrame, stats: pl.DataFrame) -> pl.DataFrame:
+    """Per step: ``tail_s = gen × (1 − p90/max)``, from its gen time and length statistics."""
+    return (
+        times.filter(pl.col("phase") == GEN)
+        .join(stats.select("step", "p90", "max"), on="step", how="inner")
+        .select("step", (pl.col("seconds") * (1 - pl.col("p90") / pl.col("max"))).alias("tail_s"))
+    )
+
+
+def _steps(times: pl.DataFrame) -> pl.DataFrame:
+    """Per step: ``step_s`` (its wall) and ``gen_s`` (its gen phase; null when not marked)."""
+    gen = times.filter(pl.col("phase") == GEN).select("step", pl.col("seconds").alias("gen_s"))
+    return (
+        times.filter(pl.col("phase") == STEP)
+        .select("step", pl.col("seconds").alias("step_s"))
+        .join(gen, on="step", how="left")
+        .sort("step")
+    )
+
+
+def _rows(frame: pl.DataFrame, bound: str, variant: str | pl.Expr, note: pl.Expr) -> pl.DataFrame:
+    """``frame`` (step, measured_s, bound_s, …) as rows of ``bound``; ``note``: why not available."""
+    label = pl.lit(variant) if isinstance(variant, str) else variant
+    extra = ["energy_saving_j"] if "energy_saving_j" in frame.columns else []
+    return frame.select(
+        "step",
+        pl.lit(bound).alias("bound"),
+        label.alias("variant"),
+        "measured_s",
+        pl.when(note.is_null()).then(pl.col("bound_s")).alias("bound_s"),
+        note.alias("note"),
+        *extra,
+    )
+
+
+def _unavailable(steps: pl.DataFrame, bound: str, variant: str, why: str) -> pl.DataFrame:
+    rows = steps.select(
+        "step", pl.col("step_s").alias("measured_s"), pl.lit(None, pl.Float64).alias("bound_s")
+    )
+    return _rows(rows, bound, variant, pl.lit(why))
+
+
+def _no_gen() -> pl.Expr:
+    return pl.when(pl.col("gen_s").is_null()).then(pl.lit("no gen phase in this step"))
+
+
+def overlap_bounds(inp: WhatIfInputs) -> pl.DataFrame:
+    """``overlap_gen_train``: step k with the gen of step k+1 running beside the rest of step k."""
+    steps = _steps(inp.times)
+    following = steps.select((pl.col("step") - 1).alias("step"), pl.col("gen_s").alias("next_s"))
+    s = steps.join(following, on="step", how="left").with_columns(
+        pl.when(pl.col("next_s").is_not_null())
+        .then(pl.col("step") + 1)
+        .otherwise("step")
+        .alias("gen_from"),
+        pl.coalesce("next_s", "gen_s").alias("g"),
+        (pl.col("step_s") - pl.col("gen_s")).alias("rest_s"),
+        pl.col("step_s").alias("measured_s"),
+    )
+    separate = s.select(
+        "step", "measured_s", pl.max_horizontal("g", "rest_s").alias("bound_s"), "gen_s"
+    )
+    out = [_rows(separate, OVERLAP, "separate_gpus", _no_gen())]
+    if inp.busy is None:
+        why = "needs per-GPU busy time (a trace or an analysis folder)"
+        return pl.concat([*out, _unavailable(steps, OVERLAP, "shared_gpus", why)])
+    by_phase = {p: inp.busy.filter(pl.col("phase") == p).drop("phase") for p in (STEP, GEN)}
+    busiest = (
+        s.select("step", "gen_from")
+        .join(by_phase[STEP].rename({"busy_s": "step_busy"}), on="step")
+        .join(by_phase[GEN].rename({"busy_s": "own_gen"}), on=["step", "device"], how="left")
+        .join(
+            by_phase[GEN].rename({"step": "gen_from", "busy_s": "next_gen"}),
+            on=["gen_from", "device"],
+            how="left",
+        )
+        .group_by("step")
+        .agg(
+            (pl.col("next_gen").fill_null(0) + pl.col("step_busy") - pl.col("own_gen").fill_null(0))
+            .max()
+            .alias("busiest_s")
+        )
+    )
+    shared = s.join(busiest, on="step", how="left").select(
+        "step",
+        "measured_s",
+        pl.max_horizontal("g", "rest_s", "busiest_s").alias("bound_s"),
+        pl.col("busiest_s").is_null().alias("_no_busy"),
+        "gen_s",
+    )
+    note = (
+        pl.when(pl.col("gen_s").is_null())
+        .then(pl.lit("no gen phase in this step"))
+        .when(pl.col("_no_busy"))
+        .then(pl.lit("no per-GPU busy time in this step"))
+    )
+    out.append(_rows(shared, OVERLAP, "shared_gpus", note))
+    return pl.concat(out, how="diagonal")
+
+
+def tail_bounds(inp: WhatIfInputs) -> pl.DataFrame:
+    """``no_straggler_tail``: generation ending at the p50/p90 rank's end, or the p90 response."""
+    steps = _steps(inp.times)
+    base = steps.select("step", pl.col("step_s").alias("measured_s"))
+    out = []
+    for variant, pct in (("p50_rank", 50), ("p90_rank", 90)):
+        if inp.rank_ends is None:
+            why = "no per-rank generation ranges (generate_sequences/generation) in this run"
+            out.append(_unavailable(steps, TAIL, variant, why))
+            continue
+        ends = inp.rank_ends.group_by("step").agg(
+            (
+                pl.col("gen_end_ns").max()
+                - pl.col("gen_end_ns").sort().get((pl.len().cast(pl.Int64) * pct + 99) // 100 - 1)
+            ).alias("tail_ns")
+        )
+        rows = base.join(ends, on="step", how="left").select(
+            "step", "measured_s", (pl.col("measured_s") - pl.col("tail_ns") / 1e9).alias("bound_s")
+        )
+        why = "no per-rank generation ranges in this step"
+        out.append(
+            _rows(rows, TAIL, variant, pl.when(pl.col("bound_s").is_null()).then(pl.lit(why)))
+        )
+    if inp.p90_tail is None:
+        out.append(_unavailable(steps, TAIL, "p90_response", "no length records (--lengths)"))
+    else:
+        rows = base.join(inp.p90_tail, on="step", how="left").select(
+            "step", "measured_s", (pl.col("measured_s") - pl.col("tail_s")).alias("bound_s")
+        )
+        why = "no length records or gen phase for this step"
+        note = pl.when(pl.col("bound_s").is_null()).then(pl.lit(why))
+        out.append(_rows(rows, TAIL, "p90_response", note))
+    return pl.concat(out)
+
+
+def balanced_bounds(inp: WhatIfInputs) -> pl.DataFrame:
+    """``balanced_dp``: per phase, the busiest GPU's busy time above the mean GPU's removed."""
+    steps = _steps(inp.times)
+    if inp.busy is None:
+        why = "needs per-GPU busy time (a trace or an analysis folder)"
+        return _unavailable(steps, BALANCED, WHOLE_STEP, why)
+    devices = inp.busy.filter(pl.col("phase") == STEP).select("step", "device")
+    per_phase = (
+        inp.times.filter(pl.col("phase") != STEP)
+        .with_row_index("_order")
+        .join(devices, on="step")  # every GPU of the step, a GPU without a row being idle
+        .join(inp.busy, on=["step", "phase", "device"], how="left")
+        .group_by("step", "phase", "seconds")
+        .agg(
+            pl.col("_order").first(),
+            (pl.col("busy_s").fill_null(0).max() - pl.col("busy_s").fill_null(0).mean()).alias(
+                "cut_s"
+            ),
+        )
+        .sort("step", "_order")
+    )
+    phases = per_phase.select(
+        "step",
+        pl.col("seconds").alias("measured_s"),
+        (pl.col("seconds") - pl.col("cut_s")).alias("bound_s"),
+        pl.col("phase").alias("variant"),
+    )
+    whole = steps.join(per_phase.group_by("step").agg(pl.col("cut_s").sum()), on="step", how="left")
+    whole = whole.select(
+        "step",
+        pl.col("step_s").alias("measured_s"),
+        (pl.col("step_s") - pl.col("cut_s")).alias("bound_s"),
+    )
+    why = "no per-GPU busy time in this step"
+    return pl.concat(
+        [
+            _rows(phases, BALANCED, pl.col("variant"), pl.lit(None, pl.String)),
+            _rows(
+                whole, BALANCED, WHOLE_STEP, pl.when(pl.col("bound_s").is_null()).then(pl.lit(why))
+            ),
+        ]
+    )
+
+
+def transition_bounds(inp: WhatIfInputs) -> pl.DataFrame:
+    """``no_transitions``: the step's time outside its direct child phases, removed."""
+    covered = (
+        inp.times.filter(pl.col("phase") != STEP)
+        .group_by("step")
+        .agg(pl.col("seconds").sum().alias("covered_s"))
+    )
+    rows = (
+        _steps(inp.times)
+        .join(covered, on="step", how="left")
+        .select(
+            "step",
+            pl.col("step_s").alias("measured_s"),
+            pl.min_horizontal("step_s", pl.col("covered_s").fill_null(0)).alias("bound_s"),
+        )
+    )
+    if inp.gap_energy is not None:
+        rows = rows.join(
+            inp.gap_energy.rename({"gap_energy_j": "energy_saving_j"}), on="step", how="left"
+        )
+    return _rows(rows, TRANSITION, "between_phases", pl.lit(None, pl.String))
+
+
+def whatif_table(inp: WhatIfInputs) -> pl.DataFrame:
+    """Every bound, one row per step × bound × variant (:data:`WHATIF_SCHEMA`)."""
+    rows = pl.concat(
+        [overlap_bounds(inp), tail_bounds(inp), balanced_bounds(inp), transition_bounds(inp)],
+        how="diagonal",
+    )
+    if "energy_saving_j" not in rows.columns:
+        rows = rows.with_columns(pl.lit(None, pl.Float64).alias("energy_saving_j"))
+    texts = pl.DataFrame(
+        [(b, v, t) for (b, v), t in ASSUMPTIONS.items()],
+        schema=["bound", "variant", "_text"],
+        orient="row",
+    )
+    # times to the ns (no float noise from sums taken in another order), then what follows
+    rows = rows.join(texts, on=["bound", "variant"], how="left").with_columns(
+        pl.col("measured_s", "bound_s").cast(pl.Float64).round(9)
+    )
+    saving = (pl.col("measured_s") - pl.col("bound_s")).round(9)
+    return rows.select(
+        pl.col("step").cast(pl.Int64),
+        "bound",
+        "variant",
+        "measured_s",
+        "bound_s",
+        saving.alias("saving_s"),
+        (saving * 100 / pl.col("measured_s")).alias("saving_pct"),
+        pl.when(pl.col("bound_s").is_null())
+        .then(None)
+        .when(pl.col("bound") == TRANSITION)
+        .then(pl.col("energy_saving_j"))
+        .otherwise(saving * pl.lit(inp.idle_power_w, pl.Float64))
+        .alias("energy_saving_j"),
+        pl.when(pl.col("note").is_not_null())
+        .then(pl.lit("not available: ") + pl.col("note"))
+        .otherwise(pl.col("_text").fill_null(BALANCED_PHASE))
+        .alias("assumption"),
+    ).cast(WHATIF_SCHEMA)  # type: ignore[arg-type]
+
+
+def run_level(table: pl.DataFrame) -> pl.DataFrame:
+    """Per bound and variant over the run: steps, median saving per step, totals, assumption.
+
+    ``steps`` counts the steps the bound is available for; the totals and ``run_saving_pct``
+    (total saving / total measured time) are over those steps. ``energy_saving_j`` is null
+    unless every such step has one.
+    """
+    ok = pl.col("bound_s").is_not_null()
+    return (
+        table.group_by("bound", "variant", maintain_order=True)
+        .agg(
+            ok.sum().cast(pl.Int64).alias("steps"),
+            pl.col("saving_s").median().alias("median_saving_s"),
+            pl.col("saving_pct").median().alias("median_saving_pct"),
+            pl.col("measured_s").filter(ok).sum().alias("measured_s"),
+            pl.col("saving_s").sum().alias("saving_s"),
+            pl.when(pl.col("energy_saving_j").filter(ok).is_not_null().all() & ok.any())
+            .then(pl.col("energy_saving_j").sum())
+            .alias("energy_saving_j"),
+            pl.col("assumption").sort_by(pl.col("bound_s").is_null()).first(),
+        )
+        .with_columns(
+            pl.when(pl.col("steps") > 0)
+            .then(pl.col("saving_s") * 100 / pl.col("measured_s"))
+            .alias("run_saving_pct"),
+            pl.when(pl.col("steps") > 0).then(pl.col("saving_s")).alias("saving_s"),
+        )
+    )
