@@ -82,3 +82,23 @@ def gpu_activity(
         "window_path",
         pl.col("window_split").fill_null(False),
     ).sort("op_id")
+
+
+def operation_counts() -> list[pl.Expr]:
+    """Counts and times per kind of operation over ``gpu_activity`` rows (the summary's fields).
+
+    ``n_gpu_ops, n_kernels, kernel_ns, nccl_ns, memcpy_ns, memcpy_bytes, memset_ns, graph_ns,
+    n_graphs``.
+    """
+    kind, dur = pl.col("kind"), pl.col("dur_ns")
+    return [
+        pl.len().alias("n_gpu_ops"),
+        (kind == "kernel").sum().alias("n_kernels"),
+        dur.filter(kind == "kernel").sum().alias("kernel_ns"),
+        dur.filter(pl.col("op_class") == "nccl").sum().alias("nccl_ns"),
+        dur.filter(kind == "memcpy").sum().alias("memcpy_ns"),
+        pl.col("bytes").filter(kind == "memcpy").sum().alias("memcpy_bytes"),
+        dur.filter(kind == "memset").sum().alias("memset_ns"),
+        dur.filter(kind == "graph").sum().alias("graph_ns"),
+        (kind == "graph").sum().alias("n_graphs"),
+    ]

@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from analysis.aggregate import phases as aggregate
-from analysis.aggregate.activity import gpu_activity
+from analysis.aggregate.activity import gpu_activity, operation_counts
 from analysis.aggregate.devices import phase_devices
 from analysis.attribute import operations as attribute
 from analysis.attribute.hierarchy import build_hierarchy
@@ -220,21 +220,13 @@ class _RunSums:
             self.activity_files.append(part)
 
     def _count(self, ops: pl.DataFrame, pieces: pl.DataFrame, activity: pl.DataFrame) -> None:
-        kind, dur = pl.col("kind"), pl.col("dur_ns")
+        dur = pl.col("dur_ns")
         counted = activity.select(
             dur.sum().alias("total_gpu_ns"),
             dur.filter(pl.col("projection_path").is_not_null())
             .sum()
             .alias("projection_attributed_gpu_ns"),
-            pl.len().alias("n_gpu_ops"),
-            (kind == "kernel").sum().alias("n_kernels"),
-            dur.filter(kind == "kernel").sum().alias("kernel_ns"),
-            dur.filter(pl.col("op_class") == "nccl").sum().alias("nccl_ns"),
-            dur.filter(kind == "memcpy").sum().alias("memcpy_ns"),
-            pl.col("bytes").filter(kind == "memcpy").sum().alias("memcpy_bytes"),
-            dur.filter(kind == "memset").sum().alias("memset_ns"),
-            dur.filter(kind == "graph").sum().alias("graph_ns"),
-            (kind == "graph").sum().alias("n_graphs"),
+            *operation_counts(),
         ).row(0, named=True)
         # both parts summed from the split pieces, not one as the other's remainder: their sum
         # equals the operations' own total only if splitting lost and doubled nothing

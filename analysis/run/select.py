@@ -29,6 +29,7 @@ from typing import Any
 
 import polars as pl
 
+from analysis.aggregate.activity import operation_counts
 from analysis.aggregate.phases import kernel_partial, kernel_table
 from analysis.errors import InputError
 from analysis.frames import int_value
@@ -171,7 +172,7 @@ def select_run(run: Analysis, spec: str | StepSpec, folder: Path | None = None) 
 
 def _gpu_totals(activity: pl.LazyFrame) -> GpuTotals:
     """The summary's GPU totals over these operations, whole, by the phase at their start."""
-    kind, dur = pl.col("kind"), pl.col("dur_ns")
+    dur = pl.col("dur_ns")
     window, projection = (
         pl.col("window_path").is_not_null(),
         pl.col("projection_path").is_not_null(),
@@ -183,15 +184,7 @@ def _gpu_totals(activity: pl.LazyFrame) -> GpuTotals:
             dur.filter(~window).sum().alias("unattributed_gpu_ns"),
             dur.filter(projection).sum().alias("projection_attributed_gpu_ns"),
             dur.filter(~projection).sum().alias("projection_unattributed_gpu_ns"),
-            pl.len().alias("n_gpu_ops"),
-            (kind == "kernel").sum().alias("n_kernels"),
-            dur.filter(kind == "kernel").sum().alias("kernel_ns"),
-            dur.filter(pl.col("op_class") == "nccl").sum().alias("nccl_ns"),
-            dur.filter(kind == "memcpy").sum().alias("memcpy_ns"),
-            pl.col("bytes").filter(kind == "memcpy").sum().alias("memcpy_bytes"),
-            dur.filter(kind == "memset").sum().alias("memset_ns"),
-            dur.filter(kind == "graph").sum().alias("graph_ns"),
-            (kind == "graph").sum().alias("n_graphs"),
+            *operation_counts(),
         )
         .collect()
         .row(0, named=True)
