@@ -91,3 +91,14 @@ def test_public_names_load_lazily():
     assert set(analysis.__all__) >= {"analyze", "load_analysis", "write_outputs", "Analysis"}
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         analysis.nope  # noqa: B018
+
+
+def test_analyze_to_writes_what_the_command_writes(tmp_path):
+    from analysis.jobs import analyze_to
+
+    with analyze_to([SAMPLE], tmp_path / "run") as done:
+        assert done.analysis.summary.gpu.n_gpu_ops == 1349
+    names = {p.relative_to(tmp_path / "run").as_posix() for p in done.written}
+    assert {"phases.parquet", "kernels_by_phase.csv", "power_envelope.csv", "summary.json"} <= names
+    assert "figures/power_envelope.png" in names and "figures/phase_time_per_step.png" in names
+    assert (tmp_path / "run" / ".nvtx-phases-outputs.json").exists()

@@ -299,3 +299,10 @@ def test_steps_keep_only_those_steps(sample, tmp_path):
     assert {e["args"]["step"] for e in phase_slices} == {2, 3}
     kept = result.gpu_activity.filter(pl.col("window_step").is_in([2, 3])).collect()
     assert len(slices(doc, False)) == kept.height
+
+
+def test_an_unwritable_out_is_named_not_its_temporary_file():
+    done = runner.invoke(app, ["timeline", str(SAMPLE), "--out", "/proc/nvtx-phases-x.json"])
+    assert done.exit_code == 2
+    assert "--out /proc/nvtx-phases-x.json: cannot write it" in done.output
+    assert ".tmp" not in done.output

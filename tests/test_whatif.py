@@ -332,3 +332,12 @@ def test_cli_refuses_unusable_phase_times_in_one_line(tmp_path):
     done = runner.invoke(app, ["whatif", str(bad), "--out", str(tmp_path / "w")])
     assert done.exit_code == 2 and "not a phase_times.csv" in done.output
     assert len(done.output.strip().splitlines()) == 1
+
+
+def test_cpu_only_capture_says_the_bounds_are_wall_time(tmp_path):
+    done = CliRunner().invoke(
+        app,
+        ["whatif", str(SAMPLES / "cpu_rl_step_nsys2022.4.sqlite"), "--out", str(tmp_path / "w")],
+    )
+    assert done.exit_code == 0, done.output
+    assert "no GPU activity in this run (CPU-only capture)" in done.output

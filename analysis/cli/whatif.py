@@ -25,6 +25,8 @@ def print_whatif_table(run: pl.DataFrame, source: str) -> None:
     for row in run_rows(run):
         table.add_row(*row)
     console.print(table)
+    if 0 in run["steps"].to_list():
+        console.print("–: not available for this run; whatif.md says why", highlight=False)
     console.print(f"phase times: {source}", highlight=False)
 
 

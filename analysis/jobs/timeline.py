@@ -101,7 +101,10 @@ def timeline_to(
         reporter.stage("building the timeline")
         timeline = build_timeline(full, max_ops=max_ops, merge_gap_ns=gap_ns)
         reporter.stage(f"writing {out}")
-        path = write_timeline(timeline, out)
+        try:
+            path = write_timeline(timeline, out)
+        except OSError as exc:  # the temporary name is ours: name the file the user gave
+            raise OutputError(f"--out {out}: cannot write it ({exc.strerror or exc})") from None
     other = timeline.other_data
     return TimelineOutputs(
         path=path,

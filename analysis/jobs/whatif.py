@@ -231,6 +231,11 @@ def whatif_to(
     else:
         name = ", ".join(map(str, inputs))
         with open_run(inputs, label=name, reporter=reporter) as analysis:
+            if not analysis.summary.gpu.total_gpu_ns:
+                reporter.note(
+                    "no GPU activity in this run (CPU-only capture): the bounds are wall-time "
+                    "bounds of its phases; 'GPU' in their assumptions means whatever ran them"
+                )
             inp = inputs_from_analysis(analysis, stats, name=name)
     table = whatif_table(inp)
     run = run_level(table)
