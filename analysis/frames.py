@@ -27,3 +27,36 @@ def int_value(value: object) -> int:
     if not isinstance(value, int | float):
         raise TypeError(f"expected a number, got {type(value).__name__}")
     return int(value)
+
+
+def previous_and_next(
+    left: pl.DataFrame,
+    right: pl.DataFrame,
+    *,
+    left_on: str,
+    right_on: str,
+    before: dict[str, str],
+    after: dict[str, str],
+    by: str = "device",
+) -> pl.DataFrame:
+    """Each ``left`` row with the last ``right`` row at or before it and the first at or after it.
+
+    ``right``'s columns are renamed by ``before`` and ``after`` (which must rename ``right_on``);
+    both frames must be sorted on their key (globally, hence within each ``by`` group).
+    """
+    prev = left.join_asof(
+        right.rename(before),
+        left_on=left_on,
+        right_on=before[right_on],
+        by=by,
+        strategy="backward",
+        check_sortedness=False,
+    )
+    return prev.join_asof(
+        right.rename(after),
+        left_on=left_on,
+        right_on=after[right_on],
+        by=by,
+        strategy="forward",
+        check_sortedness=False,
+    )

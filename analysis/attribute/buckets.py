@@ -9,6 +9,7 @@ the single-pass result.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -272,22 +273,8 @@ class _RunSums:
         ).lazy()
 
 
-_TOTALS = (
-    "total_gpu_ns",
-    "attributed_gpu_ns",
-    "unattributed_gpu_ns",
-    "projection_attributed_gpu_ns",
-    "projection_unattributed_gpu_ns",
-    "n_gpu_ops",
-    "n_kernels",
-    "kernel_ns",
-    "nccl_ns",
-    "memcpy_ns",
-    "memcpy_bytes",
-    "memset_ns",
-    "graph_ns",
-    "n_graphs",
-)
+#: the totals summed bucket by bucket: every GpuTotals field but the check derived from them
+_TOTALS = tuple(f.name for f in dataclasses.fields(GpuTotals) if f.name != "gpu_time_conserved")
 _BLOCK = ("device", "start_ns", "end_ns")
 _EMPTY_OPS = pl.DataFrame(schema={**OPS_SCHEMA, **CALL_COLUMNS, "op_id": pl.Int64})
 _EMPTY_INNERMOST = pl.DataFrame(schema={"seg": pl.Int64, "rid": pl.Int64})

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from analysis.frames import previous_and_next
+
 
 def idle_guard_ns(interval_ns: int | None) -> int:
     """How far from any GPU operation a sample must be to count as idle."""
@@ -56,21 +58,13 @@ def idle_baseline(
     guard = idle_guard_ns(interval_ns)
     busy = blocks.sort("start_ns")
     samples = cum.select("device", "t_ns", "power_w").sort("t_ns")
-    prev = samples.join_asof(
-        busy.rename({"start_ns": "prev_start", "end_ns": "prev_end"}),
+    both = previous_and_next(
+        samples,
+        busy,
         left_on="t_ns",
-        right_on="prev_start",
-        by="device",
-        strategy="backward",
-        check_sortedness=False,  # sorted on the key globally, hence within each group
-    )
-    both = prev.join_asof(
-        busy.rename({"start_ns": "next_start", "end_ns": "next_end"}),
-        left_on="t_ns",
-        right_on="next_start",
-        by="device",
-        strategy="forward",
-        check_sortedness=False,  # sorted on the key globally, hence within each group
+        right_on="start_ns",
+        before={"start_ns": "prev_start", "end_ns": "prev_end"},
+        after={"start_ns": "next_start", "end_ns": "next_end"},
     )
     idle = both.filter(
         (pl.col("prev_end").is_null() | (pl.col("t_ns") - pl.col("prev_end") >= guard))

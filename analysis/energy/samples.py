@@ -21,7 +21,7 @@ from typing import Any
 import polars as pl
 
 from analysis.errors import InputError
-from analysis.frames import PolarsDataType
+from analysis.frames import PolarsDataType, previous_and_next
 from analysis.normalize.devices import normalize_uuid
 from nvtx_phases.naming import CLOCK_MARK_PATTERN, REQUIRED_SAMPLER_COLUMNS
 
@@ -225,21 +225,13 @@ def energy_at(cum: pl.DataFrame, queries: pl.DataFrame) -> pl.DataFrame:
     """``cum_j`` at each query (``device``, ``t_ns``), linearly interpolated, clamped to the samples."""
     right = cum.select("device", "t_ns", "cum_j").sort("t_ns")
     left = queries.with_row_index("_q").sort("t_ns")
-    before = left.join_asof(
-        right.rename({"t_ns": "t0", "cum_j": "c0"}),
+    both = previous_and_next(
+        left,
+        right,
         left_on="t_ns",
-        right_on="t0",
-        by="device",
-        strategy="backward",
-        check_sortedness=False,  # sorted on the key globally, hence within each group
-    )
-    both = before.join_asof(
-        right.rename({"t_ns": "t1", "cum_j": "c1"}),
-        left_on="t_ns",
-        right_on="t1",
-        by="device",
-        strategy="forward",
-        check_sortedness=False,  # sorted on the key globally, hence within each group
+        right_on="t_ns",
+        before={"t_ns": "t0", "cum_j": "c0"},
+        after={"t_ns": "t1", "cum_j": "c1"},
     )
     value = (
         pl.when(pl.col("t0").is_null())
