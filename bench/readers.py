@@ -50,7 +50,7 @@ def main() -> None:
             generate(export, cfg, with_truth=False)
     results: dict[str, list[dict]] = {}
     for _ in range(args.repeat):  # interleave engines so machine drift hits all alike
-        for engine in ("sqlite3-rows", "adbc", "connectorx"):
+        for engine in ("sqlite3-rows", "adbc", "adbc-stream", "connectorx", "parallel"):
             results.setdefault(engine, []).append(run_engine(engine, export))
     base = statistics.median(r["wall_s"] for r in results["sqlite3-rows"])
     table = Table(

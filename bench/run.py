@@ -1,27 +1,26 @@
-"""``make bench``: analyze vs a bare scan vs NVIDIA's reports, at growing export sizes.
+"""``make bench``: ``analyze`` vs the parallel scan floor vs NVIDIA's ``nvtxkernsum``, by size.
 
-For each size (GPU operations; default 100k, 1M and 10M, ``BENCH_SIZES=100000,1000000`` for a
-quick run) it generates a synthetic export once (kept in bench_out/), then measures in the same
-run, each as a whole process under GNU time (wall seconds, peak RSS), ``--repeat`` times
-(median reported):
+Cases (GPU operations; ``BENCH_SIZES=100000,1000000`` for a quick run, default 100k, 1M, 10M; and
+``BENCH_STEPS`` steps at 1M operations, default 1000, ``BENCH_STEPS=0`` to skip): synthetic
+8-rank exports kept in bench_out/ (10 steps; from 2M operations up, overlaid copies of the 1M
+export, :mod:`bench.scale`). Each case is measured in one run, as whole processes under GNU time
+(wall seconds, peak RSS), ``--repeat`` times interleaved (medians reported):
 
-  a. bare scan: the needed columns of the big tables into Arrow/Polars (the floor);
-  b. ``nvtx-phases analyze`` (tables, no figures);
-  c. ``nsys stats -r nvtxkernsum,gpukernsum`` on a copy of the same file (when nsys is
-     installed; once per size from 5M operations up, where one run takes minutes).
+  a. the parallel scan floor: the columns ``analyze`` reads, as rowid slices on every core
+     (:func:`bench.read_one.read_parallel`);
+  b. ``nvtx-phases analyze`` as users run it (tables, figures, summary);
+  b'. ``nvtx-phases analyze --no-figures``;
+  c. ``nsys stats -r nvtxkernsum`` on a copy of the same file (when nsys is installed; once per
+     case from 5M operations up, where one run takes minutes).
 
-Then, on the largest export, ``analyze`` twice under a hard memory cap (a memory cgroup,
-``BENCH_MEM_CAP_MB``, default 2560): as it runs by default (operations spilled and attributed
-in time buckets), and with every operation held at once (``--chunk-ops`` above the count),
-which is what loading the export naively costs. Without a writable memory cgroup it says so.
-
-Writes bench_out/bench.json and prints the tables with the ratios b/a and c/b.
+Then start-up (a 3-step sample end to end, b and b'), and ``analyze`` on the largest export under
+a hard memory cap (``BENCH_MEM_CAP_MB``, default 2560): by default, and with every operation held
+at once (``--chunk-ops`` above the count: loading naively). Writes bench_out/bench.json.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import shutil
@@ -32,24 +31,35 @@ import tempfile
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 from analysis.synth.build import SynthConfig, generate
 from bench.memcap import Cap, memory_cap
+from bench.report import print_results
+from bench.scale import replicate
 
 OUT = Path("bench_out")
 RANKS, STEPS, GPU_PHASES = 8, 10, 5
+#: bigger exports are overlaid copies of this one (the generator holds a run in memory)
+GENERATE_MAX = 1_000_000
+#: the small trace of the start-up measurement
+SMALL = Path("traces_sample/grpo_synthetic.sqlite")
+#: From this many operations on, ``nsys stats`` runs once per case (one run takes minutes).
+NSYS_ONCE_FROM = 5_000_000
 
 
-def export_for(n_ops: int) -> Path:
-    """A synthetic export with about ``n_ops`` GPU operations (generated once, then reused)."""
-    kernels = max(4, n_ops // (RANKS * STEPS * GPU_PHASES))
-    path = OUT / f"bench_{n_ops}.sqlite"
-    if not path.exists():
-        cfg = SynthConfig(
-            steps=STEPS, ranks=RANKS, kernels_per_phase=kernels, power=False, lengths=False
-        )
-        generate(path, cfg, with_truth=False)
+def export_for(n_ops: int, steps: int = STEPS) -> Path:
+    """A synthetic export with about ``n_ops`` GPU operations (made once, then reused)."""
+    name = f"bench_{n_ops}.sqlite" if steps == STEPS else f"bench_{n_ops}_steps{steps}.sqlite"
+    path = OUT / name
+    if path.exists():
+        return path
+    if n_ops > GENERATE_MAX and steps == STEPS:
+        return replicate(export_for(GENERATE_MAX), path, n_ops // GENERATE_MAX)
+    kernels = max(4, n_ops // (RANKS * steps * GPU_PHASES))
+    cfg = SynthConfig(
+        steps=steps, ranks=RANKS, kernels_per_phase=kernels, power=False, lengths=False
+    )
+    generate(path, cfg, with_truth=False)
     return path
 
 
@@ -64,65 +74,41 @@ def timed(command: list[str], *, cap: Cap | None = None, check: bool = True) -> 
             preexec_fn=cap.enter if cap is not None else None,
         )
         if check and done.returncode != 0:
-            raise RuntimeError(f"{' '.join(command[:4])} failed: {done.stderr[-500:]}")
+            raise RuntimeError(f"{' '.join(command[:5])} failed: {done.stderr[-500:]}")
         fields = Path(report.name).read_text().split()
     wall, rss_kb = fields[-2:] if len(fields) >= 2 else ("nan", "0")
-    return {
-        "wall_s": float(wall),
-        "peak_rss_mb": int(rss_kb) / 1024,
-        "returncode": done.returncode,
-    }
+    return {"wall_s": float(wall), "peak_rss_mb": int(rss_kb) / 1024, "returncode": done.returncode}
 
 
 def analyze_command(path: Path, out: str, *extra: str) -> list[str]:
-    """``nvtx-phases analyze`` on one export, tables only, quiet."""
+    """``nvtx-phases analyze`` on one export, quiet (figures unless ``--no-figures`` in extra)."""
+    return [sys.executable, "-m", "analysis.cli", "analyze", str(path), "--out", out, "-q", *extra]
+
+
+def nsys_command(nsys: str, copy: Path, out: str) -> list[str]:
+    """``nsys stats -r nvtxkernsum`` on ``copy`` (it may index the file: never the original)."""
     return [
-        sys.executable,
-        "-m",
-        "analysis.cli",
-        "analyze",
-        str(path),
-        "--out",
-        out,
+        nsys,
+        "stats",
         "-q",
-        "--no-figures",
-        *extra,
+        "--force-overwrite",
+        "true",
+        "-r",
+        "nvtxkernsum",
+        "-f",
+        "csv",
+        "-o",
+        out,
+        str(copy),
     ]
 
 
-def measure(path: Path, repeat: int, nsys: str | None, nsys_repeat: int) -> dict:
-    """The three measurements on one export, interleaved ``repeat`` times."""
-    runs: dict[str, list[dict]] = {"scan": [], "analyze": [], "nsys_stats": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        for attempt in range(repeat):
-            runs["scan"].append(timed([sys.executable, "-m", "bench.read_one", "adbc", str(path)]))
-            runs["analyze"].append(timed(analyze_command(path, tmp)))
-            if nsys and attempt < nsys_repeat:
-                copy = Path(tmp) / "copy.sqlite"
-                shutil.copy(path, copy)
-                runs["nsys_stats"].append(
-                    timed(
-                        [
-                            nsys,
-                            "stats",
-                            "-q",
-                            "--force-overwrite",
-                            "true",
-                            "-r",
-                            "nvtxkernsum,gpukernsum",
-                            "-f",
-                            "csv",
-                            "-o",
-                            # a fresh name each time: nsys skips reports whose files exist
-                            f"{tmp}/stats{attempt}",
-                            str(copy),
-                        ]
-                    )
-                )
+def _medians(runs: dict[str, list[dict]]) -> dict:
     return {
         name: {
             "median_wall_s": statistics.median(r["wall_s"] for r in values),
             "median_peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in values),
+            "max_peak_rss_mb": max(r["peak_rss_mb"] for r in values),
             "runs": values,
         }
         for name, values in runs.items()
@@ -130,12 +116,38 @@ def measure(path: Path, repeat: int, nsys: str | None, nsys_repeat: int) -> dict
     }
 
 
-#: From this many operations on, ``nsys stats`` runs once per size (one run takes minutes).
-NSYS_ONCE_FROM = 5_000_000
+def measure(path: Path, repeat: int, nsys: str | None, nsys_repeat: int) -> dict:
+    """Floor, analyze (default and --no-figures) and nvtxkernsum, interleaved ``repeat`` times."""
+    runs: dict[str, list[dict]] = {"floor": [], "analyze": [], "no_figures": [], "nsys": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "copy.sqlite"
+        if nsys:
+            shutil.copy(path, copy)
+        for attempt in range(repeat):
+            runs["floor"].append(
+                timed([sys.executable, "-m", "bench.read_one", "parallel", str(path)])
+            )
+            runs["analyze"].append(timed(analyze_command(path, f"{tmp}/a")))
+            runs["no_figures"].append(timed(analyze_command(path, f"{tmp}/b", "--no-figures")))
+            if nsys and attempt < nsys_repeat:
+                # a fresh name each time: nsys skips reports whose files exist
+                runs["nsys"].append(timed(nsys_command(nsys, copy, f"{tmp}/stats{attempt}")))
+    return _medians(runs)
+
+
+def startup(repeat: int) -> dict:
+    """A small trace end to end: ``analyze --no-figures`` and default, and a bare interpreter."""
+    runs: dict[str, list[dict]] = {"python": [], "no_figures": [], "analyze": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(repeat):
+            runs["python"].append(timed([sys.executable, "-c", "import polars"]))
+            runs["no_figures"].append(timed(analyze_command(SMALL, f"{tmp}/b", "--no-figures")))
+            runs["analyze"].append(timed(analyze_command(SMALL, f"{tmp}/a")))
+    return _medians(runs)
 
 
 def capped_runs(path: Path, n_ops: int, cap_mb: int) -> dict:
-    """``analyze`` by default and with every operation held at once, each under ``cap_mb``."""
+    """``analyze --no-figures`` by default and with every operation held at once, under a cap."""
     # --chunk-ops far above the count: one bucket, every operation in memory at once
     modes = {"bucketed": [], "whole": ["--chunk-ops", str(100 * n_ops)]}
     results: dict = {"cap_mb": cap_mb}
@@ -144,7 +156,8 @@ def capped_runs(path: Path, n_ops: int, cap_mb: int) -> dict:
             with memory_cap(cap_mb, f"nvtx-phases-bench-{mode}") as cap:
                 if cap is None:
                     return {**results, "unavailable": "no writable memory cgroup (v1 or v2)"}
-                run = timed(analyze_command(path, f"{tmp}/{mode}", *extra), cap=cap, check=False)
+                command = analyze_command(path, f"{tmp}/{mode}", "--no-figures", *extra)
+                run = timed(command, cap=cap, check=False)
                 results[mode] = {
                     **run,
                     "completed": run["returncode"] == 0,
@@ -154,87 +167,49 @@ def capped_runs(path: Path, n_ops: int, cap_mb: int) -> dict:
     return results
 
 
+def cases() -> list[tuple[str, int, int]]:
+    """(label, operations, steps) from BENCH_SIZES and BENCH_STEPS."""
+    sizes = [int(s) for s in os.environ.get("BENCH_SIZES", "100000,1000000,10000000").split(",")]
+    steps = int(os.environ.get("BENCH_STEPS", "1000"))
+    found = [(f"{n:,}", n, STEPS) for n in sizes]
+    if steps and steps != STEPS:
+        found.append((f"1,000,000 × {steps} steps", 1_000_000, steps))
+    return found
+
+
 def main() -> None:
-    """Run the benchmark and print/save the tables."""
+    """Run the benchmark, print the tables and save bench_out/bench.json."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    sizes = [int(s) for s in os.environ.get("BENCH_SIZES", "100000,1000000,10000000").split(",")]
     cap_mb = int(os.environ.get("BENCH_MEM_CAP_MB", "2560"))
     OUT.mkdir(exist_ok=True)
-    console = Console(width=max(Console().width, 120))
+    console = Console(width=max(Console().width, 140))
     nsys = shutil.which("nsys")
     if nsys is None:
         console.print("nsys not on PATH: column c (nsys stats) is left out")
-    results: dict = {}
-    for n in sizes:
-        with console.status(f"{n:,} operations: generating (once; kept in {OUT}/)…"):
-            path = export_for(n)
-        with console.status(f"{n:,} operations: measuring…"):
+    results: dict = {"cpus": os.cpu_count(), "cases": {}}
+    for label, n, steps in cases():
+        with console.status(f"{label}: generating (once; kept in {OUT}/)…"):
+            path = export_for(n, steps)
+        with console.status(f"{label}: measuring…"):
             nsys_repeat = 1 if n >= NSYS_ONCE_FROM else args.repeat
-            results[n] = {
+            results["cases"][label] = {
+                "n_ops": n,
+                "steps": steps,
                 "file_mb": path.stat().st_size / 1e6,
                 **measure(path, args.repeat, nsys, nsys_repeat),
             }
-    table = Table(title="nvtx-phases benchmark (median of runs; whole processes)")
-    for column in (
-        "GPU ops",
-        "file MB",
-        "scan s (a)",
-        "analyze s (b)",
-        "b/a",
-        "analyze RSS MB",
-        "scan RSS MB",
-        "nsys stats s (c)",
-        "c/b",
-    ):
-        table.add_column(column, justify="right")
-    for n, r in results.items():
-        scan, ana = r["scan"]["median_wall_s"], r["analyze"]["median_wall_s"]
-        stats = r.get("nsys_stats", {}).get("median_wall_s")
-        r["ratio_analyze_over_scan"] = ana / scan
-        r["ratio_nsys_over_analyze"] = stats / ana if stats else None
-        table.add_row(
-            f"{n:,}",
-            f"{r['file_mb']:.0f}",
-            f"{scan:.2f}",
-            f"{ana:.2f}",
-            f"{ana / scan:.2f}",
-            f"{r['analyze']['median_peak_rss_mb']:.0f}",
-            f"{r['scan']['median_peak_rss_mb']:.0f}",
-            "" if stats is None else f"{stats:.2f}",
-            "" if stats is None else f"{stats / ana:.1f}",
-        )
-    console.print(table)
-    for small, big in itertools.pairwise(sizes):
-        growth = (
-            results[big]["analyze"]["median_wall_s"] / results[small]["analyze"]["median_wall_s"]
-        )
-        console.print(f"analyze time grows {growth:.1f}× from {small:,} to {big:,} operations")
-    largest = sizes[-1]
+    with console.status("start-up: the 3-step sample…"):
+        results["startup"] = startup(max(args.repeat, 5))
+    largest = max(n for _, n, _ in cases())
     with console.status(f"{largest:,} operations: analyze under a {cap_mb} MB memory cap…"):
-        capped = capped_runs(export_for(largest), largest, cap_mb)
-    results["memory_cap"] = {"n_ops": largest, **capped}
-    if "unavailable" in capped:
-        console.print(f"memory cap: {capped['unavailable']}; capped runs skipped")
-    else:
-        cap_table = Table(title=f"{largest:,} operations under a {cap_mb} MB memory cap (cgroup)")
-        for column in ("analyze", "completed", "wall s", "peak RSS MB", "OOM-killed"):
-            cap_table.add_column(column, justify="right")
-        for mode, label in (
-            ("bucketed", "default (spilled, time buckets)"),
-            ("whole", "every operation at once (naive)"),
-        ):
-            run = capped[mode]
-            cap_table.add_row(
-                label,
-                "yes" if run["completed"] else f"no (exit {run['returncode']})",
-                f"{run['wall_s']:.2f}",
-                f"{run['peak_rss_mb']:.0f}",
-                "yes" if run["oom_killed"] else "no",
-            )
-        console.print(cap_table)
-    (OUT / "bench.json").write_text(json.dumps({str(k): v for k, v in results.items()}, indent=1))
+        results["memory_cap"] = {
+            "n_ops": largest,
+            **capped_runs(export_for(largest), largest, cap_mb),
+        }
+    print_results(console, results)
+    (OUT / "bench.json").write_text(json.dumps(results, indent=1))
     console.print(f"wrote {OUT / 'bench.json'}")
 
 

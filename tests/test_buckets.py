@@ -52,3 +52,24 @@ def test_spilled_reads_in_a_process_pool_equal_one_pass(tmp_path):
     pooled = analyze(SPLIT_SAMPLE, jobs=3, engine="process", chunk_ops=300, spill_dir=tmp_path)
     assert pooled.summary.to_dict()["n_buckets"] > 1
     assert_same_analysis(whole, pooled, ignore_summary=("n_buckets",))
+
+
+def test_bucketed_activity_is_one_file_copied_whole_or_streamed_when_filtered(tmp_path):
+    from polars.testing import assert_frame_equal
+
+    from analysis.render.files import write_outputs
+    from analysis.run.select import select_steps
+
+    sample = SAMPLES / "grpo_synthetic.sqlite"
+    with analyze([sample]) as whole, analyze([sample], chunk_ops=300, spill_dir=tmp_path) as parts:
+        assert parts.workdir is not None
+        assert len(list((parts.workdir / "activity").iterdir())) == 1
+        write_outputs(whole, tmp_path / "one")
+        write_outputs(parts, tmp_path / "many")
+        write_outputs(select_steps(parts, "2"), tmp_path / "step2")
+        one = pl.read_parquet(tmp_path / "one" / "gpu_activity.parquet")
+        # bucketed rows come bucket by bucket (time order), as the per-bucket parts did
+        many = pl.read_parquet(tmp_path / "many" / "gpu_activity.parquet").sort("op_id")
+        step2 = pl.read_parquet(tmp_path / "step2" / "gpu_activity.parquet").sort("op_id")
+        assert_frame_equal(one, many)
+        assert_frame_equal(one.filter(pl.col("window_step") == 2), step2)

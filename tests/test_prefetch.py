@@ -103,3 +103,25 @@ def test_sliced_runtime_read_equals_the_whole_table():
     assert launches["correlation_id"].to_list() == (
         whole.filter(pl.col("correlationId") != 0)["correlationId"].to_list()
     )
+
+
+def test_pages_are_exact_in_file_order_however_sparse_the_rowids(tmp_path):
+    import shutil
+    import sqlite3
+
+    sparse = tmp_path / "sparse.sqlite"
+    shutil.copy(SAMPLE, sparse)
+    with sqlite3.connect(sparse) as con:  # holes and a far rowid, as deletes and imports leave
+        con.execute(f"DELETE FROM {T.RUNTIME.name} WHERE rowid % 7 = 3")
+        con.execute(f"UPDATE {T.RUNTIME.name} SET rowid = 10000000000 WHERE rowid = 5")
+    export = Export(sparse)
+    try:
+        whole = export.read(T.RUNTIME)
+        pages = list(export.batches(T.RUNTIME, 100))
+    finally:
+        export.close()
+    assert whole is not None
+    assert [p.height for p in pages[:-1]] == [100] * (len(pages) - 1)
+    assert 0 < pages[-1].height <= 100
+    assert whole.height == 1156
+    assert pl.concat(pages).equals(whole)  # a table scan: rowid order, the far row last

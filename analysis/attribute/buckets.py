@@ -30,7 +30,7 @@ from analysis.frames import concat_or_empty
 from analysis.model import PROJECTION, THREAD, WINDOW, EnergyTotals, GpuTotals
 from analysis.normalize.events import OPS_SCHEMA
 from analysis.normalize.launches import CALL_COLUMNS
-from analysis.run.spill import write_part
+from analysis.run.spill import ACTIVITY_FILE, ActivityWriter
 
 
 @dataclass(frozen=True)
@@ -183,6 +183,7 @@ class _RunSums:
         self.activity_dir = activity_dir
         self.activity_parts: list[pl.DataFrame] = []
         self.activity_files: list[Path] = []
+        self._writer: ActivityWriter | None = None
         self._blocks: list[pl.DataFrame] = []
         self._merge_gap_ns = 2 * idle_guard_ns(power.interval_ns) if power is not None else None
         self._totals: dict[str, int] = dict.fromkeys(_TOTALS, 0)
@@ -215,10 +216,20 @@ class _RunSums:
         if self.activity_dir is None:
             self.activity_parts.append(activity)
         else:
+            self._write_activity(activity)
+
+    def _write_activity(self, activity: pl.DataFrame) -> None:
+        """Append one bucket's rows to the run's activity file (one Parquet file, row groups).
+
+        One file, not a part per bucket: ``write_outputs`` then copies it as
+        ``gpu_activity.parquet`` instead of reading and re-encoding every part.
+        """
+        assert self.activity_dir is not None
+        if self._writer is None:
             self.activity_dir.mkdir(exist_ok=True)
-            part = self.activity_dir / f"part-{len(self.activity_files):05d}.parquet"
-            write_part(activity, part)
-            self.activity_files.append(part)
+            self._writer = ActivityWriter(self.activity_dir / ACTIVITY_FILE)
+            self.activity_files.append(self._writer.path)
+        self._writer.write(activity)
 
     def _count(self, ops: pl.DataFrame, pieces: pl.DataFrame, activity: pl.DataFrame) -> None:
         dur = pl.col("dur_ns")
@@ -258,8 +269,9 @@ class _RunSums:
 
     def activity(self) -> pl.LazyFrame:
         """Every operation's row: in memory, or a lazy scan of the parts written per bucket."""
-        if self.activity_files:
-            return pl.scan_parquet(self.activity_files)
+        if self._writer is not None:
+            self._writer.close()  # idempotent
+            return pl.scan_parquet(self._writer.path)
         if self.activity_parts:
             return pl.concat(self.activity_parts).lazy()
         return gpu_activity(

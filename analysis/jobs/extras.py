@@ -21,6 +21,8 @@ def envelope_files(
 
     Nothing without power samples. Returns (tables written, figures written).
     """
+    if result.power_samples is None or result.power_samples.is_empty():
+        return [], []  # before the imports: numpy is not needed then (start-up)
     from analysis.energy.envelope import power_envelope
     from analysis.render.envelope import power_envelope_figure, write_envelope_csv
 

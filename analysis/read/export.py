@@ -3,6 +3,8 @@
 Files come from other people's machines: they are opened read-only (SQLite URI ``mode=ro``), and
 the only SQL run is built here from the declared table specs in :mod:`analysis.read.specs`, with
 identifiers quoted; nothing read from the file is ever executed.
+ADBC's low-level API; each Arrow C stream goes straight into Polars (no pyarrow, no DB-API layer,
+whose import pulls in pyarrow.dataset and pandas: about a second of start-up).
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import adbc_driver_sqlite.dbapi as adbc_sqlite
+import adbc_driver_manager as adbc
+import adbc_driver_sqlite
 import polars as pl
-from adbc_driver_sqlite import StatementOptions
 
 from analysis.errors import MissingColumns, NotAnNsysExport, TraceReadError
 from analysis.read import specs as T
@@ -78,7 +80,8 @@ class Export:
         if path.is_dir():
             raise TraceReadError(str(path), "is a directory")
         try:
-            self.conn = adbc_sqlite.connect(sqlite_readonly_uri(path))
+            self._db = adbc_driver_sqlite.connect(sqlite_readonly_uri(path))
+            self.conn = adbc.AdbcConnection(self._db)
             self.table_names = set(
                 self._query(
                     "SELECT CAST(name AS BLOB) AS name FROM sqlite_master WHERE type = 'table'",
@@ -91,19 +94,23 @@ class Export:
     def close(self) -> None:
         """Close the connection."""
         self.conn.close()
+        self._db.close()
 
-    def _query(self, sql: str, text_columns: Collection[str] = ()) -> pl.DataFrame:
+    def _arrow(self, sql: str, batch_rows: int | None = None) -> pl.DataFrame:
+        """The result of ``sql`` as one frame, read through the Arrow C stream interface."""
         try:
-            cur = self.conn.cursor()
-            try:
-                cur.execute(sql)
-                arrow = cur.fetch_arrow_table()
-            finally:
-                cur.close()
-            frame: pl.DataFrame = pl.from_arrow(arrow)  # type: ignore[assignment]
+            with adbc.AdbcStatement(self.conn) as statement:
+                if batch_rows is not None:  # fewer, bigger chunks (the driver's default: 1024)
+                    statement.set_options(**{_BATCH_ROWS: str(batch_rows)})
+                statement.set_sql_query(sql)
+                stream, _ = statement.execute_query()
+                frame = pl.DataFrame(stream)
         except BaseException as exc:
             raise _read_error(self.path, exc) from exc
-        return decode_text_columns(frame, text_columns)
+        return frame
+
+    def _query(self, sql: str, text_columns: Collection[str] = ()) -> pl.DataFrame:
+        return decode_text_columns(self._arrow(sql, _WHOLE_BATCH_ROWS).rechunk(), text_columns)
 
     def columns(self, table: str) -> dict[str, str]:
         """Column name → declared type of ``table`` (a declared table, never a name from the file)."""
@@ -193,27 +200,34 @@ class Export:
         if query is None:
             return
         sql, absent_optional, text = query
-        if rowids is not None:
-            sql += f" WHERE rowid >= {int(rowids[0])} AND rowid < {int(rowids[1])}"
-        try:
-            cur = self.conn.cursor()
-            cur.adbc_statement.set_options(**{StatementOptions.BATCH_ROWS.value: str(rows)})
-            cur.execute(sql)
-            reader = cur.fetch_record_batch()
-        except BaseException as exc:
-            raise _read_error(self.path, exc) from exc
-        try:
-            while True:
-                try:
-                    batch = reader.read_next_batch()
-                    frame: pl.DataFrame = pl.from_arrow(batch)  # type: ignore[assignment]
-                except StopIteration:
-                    break
-                except BaseException as exc:
-                    raise _read_error(self.path, exc) from exc
+        span = rowids if rowids is not None else self.rowid_span(spec)
+        if span is None:  # empty, or a table without rowids: one read
+            frames: Iterator[pl.DataFrame] = iter([self._arrow(sql, rows)])
+        else:
+            frames = self._keyset_pages(sql, span, rows)
+        for frame in frames:
+            if frame.height:
                 yield _with_absent(decode_text_columns(frame, text), absent_optional, spec.text)
-        finally:
-            cur.close()
+
+    def _keyset_pages(self, sql: str, span: tuple[int, int], rows: int) -> Iterator[pl.DataFrame]:
+        """``sql``'s rows with rowid in ``span``, ``rows`` at a time (keyset pages), rowid order."""
+        lo, hi = int(span[0]), int(span[1])
+        select = sql.replace("SELECT ", "SELECT rowid AS __rowid, ", 1)
+        while lo < hi:
+            page = self._arrow(
+                f"{select} WHERE rowid >= {lo} AND rowid < {hi} ORDER BY rowid LIMIT {int(rows)}",
+                rows,
+            )
+            if page.height == 0:
+                return
+            lo = int(page["__rowid"][-1]) + 1
+            yield page.drop("__rowid")
+            if page.height < rows:
+                return
+
+
+_BATCH_ROWS = "adbc.sqlite.query.batch_rows"  # the driver's rows per Arrow batch
+_WHOLE_BATCH_ROWS = 65_536  # for whole-table reads (metadata, NVTX)
 
 
 def _with_absent(

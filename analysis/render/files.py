@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from pathlib import Path, PurePosixPath
 
@@ -25,6 +27,7 @@ import polars as pl
 from analysis.aggregate.kernels_by_phase import DEFAULT_TOP
 from analysis.errors import OutputError, SavedAnalysisError
 from analysis.model import Analysis, RunSummary
+from analysis.run.spill import ACTIVITY_FILE
 
 #: the list of files the tool wrote into an output folder (hidden; JSON)
 MANIFEST = ".nvtx-phases-outputs.json"
@@ -280,11 +283,28 @@ def write_outputs(
     from analysis.render.kernels_by_phase import write_kernels_by_phase
 
     out = Path(out)
-    written = [
+    # the per-operation table is the big write (Polars releases the GIL): in a thread, while
+    # the kernel tables are computed and the small files written
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        activity = pool.submit(
+            atomic_write, out / "gpu_activity.parquet", _activity_writer(analysis)
+        )
+        written = _small_tables(analysis, out, top_kernels, write_kernels_by_phase)
+        written.insert(3, activity.result())
+    return written
+
+
+def _small_tables(
+    analysis: Analysis,
+    out: Path,
+    top_kernels: int | None,
+    write_kernels_by_phase: Callable[..., list[Path]],
+) -> list[Path]:
+    """Every table of :func:`write_outputs` but ``gpu_activity.parquet``, in its order."""
+    return [
         atomic_write(out / "phases.parquet", analysis.phases.write_parquet),
         atomic_write(out / "phases.csv", analysis.phases.write_csv),
         atomic_write(out / "phase_devices.parquet", analysis.phase_devices.write_parquet),
-        atomic_write(out / "gpu_activity.parquet", _activity_writer(analysis)),
         atomic_write(
             out / "kernels.csv",
             analysis.kernels.with_columns(pl.col("op_class").cast(pl.String)).write_csv,
@@ -303,15 +323,30 @@ def write_outputs(
             ),
         ),
     ]
-    return written
 
 
 def _activity_writer(analysis: Analysis) -> Callable[[Path], object]:
-    # a big run's activity is a lazy scan of per-bucket parts in its work folder: stream it,
-    # never collect it; a small one is in memory and written as it is
+    # a big run's activity is one Parquet file in its work folder: copied as it is when the
+    # table is that whole file, else (a step selection) streamed, never collected; a small
+    # one is in memory and written as it is
+    whole = _whole_activity_file(analysis)
+    if whole is not None:
+        return lambda path: shutil.copyfile(whole, path)
     if analysis.workdir is not None:
         return lambda path: analysis.gpu_activity.sink_parquet(path)
     return lambda path: analysis.gpu_activity.collect().write_parquet(path)
+
+
+def _whole_activity_file(analysis: Analysis) -> Path | None:
+    """The bucketed run's activity file, when ``gpu_activity`` is exactly a scan of it."""
+    if analysis.workdir is None:
+        return None
+    path = analysis.workdir / "activity" / ACTIVITY_FILE
+    if not path.is_file():
+        return None
+    # a step selection filters the scan: its plan differs from the bare scan's
+    bare = pl.scan_parquet(path).explain(optimized=False)
+    return path if analysis.gpu_activity.explain(optimized=False) == bare else None
 
 
 def load_analysis(folder: str | Path) -> Analysis:

@@ -253,7 +253,10 @@ def _buckets(
             )
             for t in loaded
         ]
-        yield Bucket(lo, hi, pl.concat(parts).sort("op_id").drop("op_local"))
+        # each part is in op_local order and the bases grow with the file: already in op_id
+        # order, so no sort (a gather of every column: 0.4 s per million operations)
+        ops = pl.concat(parts).drop("op_local").set_sorted("op_id")
+        yield Bucket(lo, hi, ops)
 
 
 def _run_summary(

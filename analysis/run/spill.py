@@ -13,6 +13,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -58,7 +59,9 @@ class OpsStore:
         if hi_ns is not None:
             cond = cond & (pl.col("start_ns") < hi_ns - offset_ns)
         if self.frame is not None:
-            picked = self.frame.filter(cond)
+            # one bucket (the usual case): every operation, not a filtered copy
+            whole = lo_ns is None and hi_ns is None
+            picked = self.frame if whole else self.frame.filter(cond)
         elif self.files:
             picked = pl.scan_parquet(self.files).filter(cond).collect().sort("op_local")
         else:
@@ -154,3 +157,40 @@ def write_part(frame: pl.DataFrame, part: Path) -> None:
             f"spill folder {part.parent}: cannot write {part.name} ({exc}); "
             "free space there or pass --spill-dir elsewhere"
         ) from None
+
+
+#: the per-operation rows of a bucketed run, in its work folder's ``activity/``
+ACTIVITY_FILE = "activity.parquet"
+
+
+class ActivityWriter:
+    """One Parquet file written a frame at a time (a row group each), lz4 like the spill parts.
+
+    Polars writes a file in one call; pyarrow's writer appends. Imported only here: runs that
+    fit one bucket never need it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._writer: Any = None
+
+    def write(self, frame: pl.DataFrame) -> None:
+        """Append ``frame`` (same columns and types every time)."""
+        import pyarrow.parquet as pq
+
+        table = frame.to_arrow(compat_level=pl.CompatLevel.oldest())  # any pyarrow >= 14
+        try:
+            if self._writer is None:
+                self._writer = pq.ParquetWriter(self.path, table.schema, compression="lz4")
+            self._writer.write_table(table, row_group_size=65_536)
+        except OSError as exc:
+            raise OutputError(
+                f"spill folder {self.path.parent}: cannot write {self.path.name} ({exc}); "
+                "free space there or pass --spill-dir elsewhere"
+            ) from None
+
+    def close(self) -> None:
+        """Finish the file (idempotent)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
