@@ -116,10 +116,14 @@ def test_compare_without_steps_compares_the_whole_capture(tmp_path):
     # one row per table; no power samples: no energy or power table
     assert [line for line in text.splitlines() if line.startswith("### ")] == [
         "### wall time (ms)",
-        "### memcpy volume (MB)",
+        "### GPU busy (%)",
         "### NCCL kernel time (ms)",
+        "### memcpy time (ms)",
+        "### memcpy volume (MB)",
     ]
-    assert text.count(f"| {name} | projection |") == 3
+    assert text.count(f"| {name} | projection |") == 5
+    # the whole capture: one value per run, no spread; equal runs differ by 0 (0%)
+    assert f"| {name} | projection | 428.6 | 428.6 | +0.0 | +0.0% |" in text
     # figures draw the 30 largest phases, not 16,726
     assert (out / "figures" / "compare_wall_ms.png").exists()
 

@@ -129,10 +129,12 @@ def test_report_into_the_analysis_folder_keeps_it_and_draws_no_old_power(rerun):
     out, _ = rerun
     done = cli("report", str(out), "--out", str(out))
     assert done.returncode == 0, done.stderr
-    assert files_under(out) == CPU_RUN_FILES | {MANIFEST, "notes.txt", "report.html", "report.md"}
+    # the report's table as CSV beside it (a CPU run: no kernels, so no kernel table)
+    report_files = {"report.html", "report.md", "tables/phase_summary.csv"}
+    assert files_under(out) == CPU_RUN_FILES | {MANIFEST, "notes.txt"} | report_files
     assert "- **energy**: no power samples" in (out / "report.md").read_text().splitlines()
     manifest = json.loads((out / MANIFEST).read_text())
-    assert manifest["files"] == sorted(CPU_RUN_FILES | {"report.html", "report.md"})
+    assert manifest["files"] == sorted(CPU_RUN_FILES | report_files)
     assert stat.S_IMODE((out / "report.html").stat().st_mode) == 0o644
 
 
@@ -154,6 +156,9 @@ def test_folder_from_an_older_version_is_cleaned_of_known_outputs_only(rerun, tm
     out = tmp_path / "old"
     shutil.copytree(rerun[0], out)
     (out / MANIFEST).unlink()
+    # versions without manifests never wrote the report's tables/ CSVs (an earlier test's
+    # `report` into this folder did): an old folder has none
+    shutil.rmtree(out / "tables", ignore_errors=True)
     (out / "power_samples.parquet").write_bytes(b"old run")
     (out / "figures" / "power_timeline.png").write_bytes(b"old run")
     (out / "figures" / "mine.png").write_bytes(b"user")

@@ -1,48 +1,125 @@
 """A readable report of one analysis: ``report.html`` (self-contained) and ``report.md``.
 
+Run metadata, "what stands out" (:mod:`analysis.render.report_findings`), the phase table as
+median and p10–p90 over steps, the extra sections (top kernels, lengths, stragglers), the
+figures with their captions (:func:`analysis.render.captions.caption_for`) and the warnings.
+Every table is in human units (:mod:`analysis.render.report_units`: ms/s, MB, J, W, never raw
+ns) and is also written as CSV beside the report (``tables/<name>.csv``, linked from both).
+
 NVTX range names, paths and warnings are free text from other people's traces: every one is
-escaped (``html.escape`` in HTML, pipes and backslashes in Markdown) before it is written.
+escaped (:mod:`analysis.render.report_html`) before it is written.
 """
 
 from __future__ import annotations
 
-import base64
-import html
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
 from analysis.aggregate.steps import over_steps, step_phase_metrics
 from analysis.model import PROJECTION, Analysis
+from analysis.render.captions import caption_for
 from analysis.render.files import atomic_write
+from analysis.render.report_findings import Finding, what_stands_out
+from analysis.render.report_html import (
+    csv_name,
+    escape_html,
+    escape_md,
+    html_figures,
+    html_table,
+    md_figures,
+    md_table,
+    page,
+)
+from analysis.render.report_units import ReportTable, humanize
 
-SUMMARY_COLUMNS = [
-    ("path", "phase path", None),
-    ("attribution", "attribution", None),
-    ("n_steps", "steps", "{:d}"),
-    ("wall_ms", "wall ms (median)", "{:,.2f}"),
-    ("wall_ms_p10", "p10", "{:,.2f}"),
-    ("wall_ms_p90", "p90", "{:,.2f}"),
-    ("busy_pct", "GPU busy %", "{:.0f}"),
-    ("nccl_ms", "NCCL ms", "{:,.2f}"),
-    ("memcpy_mb", "memcpy MB", "{:,.1f}"),
-    ("energy_j", "energy J (median)", "{:,.3f}"),
-    ("energy_j_p10", "p10", "{:,.3f}"),
-    ("energy_j_p90", "p90", "{:,.3f}"),
-    ("avg_power_w", "avg W", "{:,.0f}"),
-    ("energy_above_idle_j", "J above idle", "{:,.3f}"),
-]
+#: an extra report section from another module: (title, table in the analysis' own columns)
+Section = tuple[str, pl.DataFrame]
+
+PHASE_TABLE_TITLE = "Phase summary (median and p10–p90 over steps)"
+#: the phase table's columns (from :func:`phase_summary`) and their headers
+PHASE_COLUMNS: dict[str, str] = {
+    "path": "phase path",
+    "attribution": "attribution",
+    "n_steps": "steps",
+    "wall_ms": "wall time",
+    "wall_ms_p10": "p10",
+    "wall_ms_p90": "p90",
+    "gpu_busy_pct": "GPU busy",
+    "nccl_ms": "NCCL",
+    "memcpy_ms": "memcpy time",
+    "memcpy_mb": "memcpy volume",
+    "energy_j": "energy",
+    "energy_j_p10": "p10",
+    "energy_j_p90": "p90",
+    "avg_power_w": "avg power",
+    "energy_above_idle_j": "energy above idle",
+}
 
 
 def phase_summary(phases: pl.DataFrame) -> pl.DataFrame:
-    """Per phase path and attribution: median and p10–p90 over steps."""
-    return over_steps(step_phase_metrics(phases)).rename({"gpu_busy_pct": "busy_pct"})
+    """Per phase path and attribution (execution order): median and p10–p90 over steps.
+
+    A run without step ranges (no phase has a step index) gives one value per phase over the
+    whole capture, ``n_steps`` null.
+    """
+    if phases.height and phases["step"].null_count() == phases.height:
+        whole = phases.with_columns(pl.lit(0, dtype=pl.Int64).alias("step"))
+        summary = over_steps(step_phase_metrics(whole))
+        return summary.with_columns(pl.lit(None, dtype=pl.Int64).alias("n_steps"))
+    return over_steps(step_phase_metrics(phases))
 
 
-def _cell(value: object, fmt: str | None) -> str:
-    if value is None or (isinstance(value, float) and value != value):
-        return ""
-    return fmt.format(value) if fmt else str(value)
+#: the phase table's columns that need GPU work (left out of a CPU-only capture's table)
+GPU_COLUMNS = ("gpu_busy_pct", "nccl_ms", "memcpy_ms", "memcpy_mb")
+
+
+def no_phases_reason(analysis: Analysis) -> str:
+    """Why a run has no phase rows, in one sentence."""
+    n_ranges = analysis.summary.n_ranges
+    if not n_ranges:
+        return "No phases: the capture holds no NVTX ranges."
+    return (
+        f"No phases: none of the capture's {n_ranges:,} NVTX ranges is a phase (analyze with "
+        "--all-ranges, or --phase-map FILE.toml naming yours)."
+    )
+
+
+def phase_table(summary: pl.DataFrame, analysis: Analysis) -> ReportTable:
+    """The phase table in display units; metrics without a value in any row are left out."""
+    notes = [
+        "A phase marked by several processes lasts as long as its slowest one and uses the "
+        "energy of all. window: GPU work of every device inside the driver's phase; "
+        "projection: work launched inside the range (NVIDIA's definition)."
+    ]
+    frame = summary.select(list(PHASE_COLUMNS))
+    if frame.is_empty():
+        notes = [no_phases_reason(analysis)]
+    elif frame["n_steps"].null_count() == frame.height:
+        notes.append("No step ranges: each phase over the whole capture (one value, no spread).")
+        frame = frame.drop("n_steps", *(c for c in frame.columns if c.endswith(("_p10", "_p90"))))
+    elif analysis.summary.gpu.n_gpu_ops == 0:
+        notes.append("No GPU activity in these traces (a CPU-only capture): wall times only.")
+        frame = frame.drop(GPU_COLUMNS)
+    if frame.height and frame["energy_j"].null_count() == frame.height:
+        notes.append("No power samples: no energy or power columns.")
+    title = PHASE_TABLE_TITLE
+    if "n_steps" not in frame.columns:
+        title = "Phase summary (whole capture)"
+    return humanize(title, frame, labels=PHASE_COLUMNS, notes=notes, drop_empty=True)
+
+
+def report_tables(analysis: Analysis, sections: list[Section] | None = None) -> list[ReportTable]:
+    """Every table of the report, in order: the phase table, then each section's."""
+    tables = [phase_table(phase_summary(analysis.phases), analysis)]
+    tables += [humanize(title, frame) for title, frame in sections or []]
+    seen: dict[str, int] = {}
+    for table in tables:  # distinct CSV names even for sections of the same title
+        seen[table.slug] = seen.get(table.slug, 0) + 1
+        if seen[table.slug] > 1:
+            table.title = f"{table.title} ({seen[table.slug]})"
+    return tables
 
 
 def _metadata(analysis: Analysis) -> list[tuple[str, str]]:
@@ -55,7 +132,8 @@ def _metadata(analysis: Analysis) -> list[tuple[str, str]]:
         ),
         (
             "GPUs",
-            ", ".join(s.gpus) or f"{s.n_devices} device(s), model not in the export",
+            ", ".join(s.gpus)
+            or (f"{s.n_devices} device(s), model not in the export" if s.n_devices else "none"),
         ),
         ("NVIDIA driver", ", ".join(s.driver_versions) or "not in the export"),
         (
@@ -67,7 +145,9 @@ def _metadata(analysis: Analysis) -> list[tuple[str, str]]:
         (
             "GPU time",
             f"{gpu.total_gpu_ns / 1e6:,.2f} ms: {gpu.attributed_gpu_ns / 1e6:,.2f} ms in phases, "
-            f"{gpu.unattributed_gpu_ns / 1e6:,.2f} ms unattributed (window scheme)",
+            f"{gpu.unattributed_gpu_ns / 1e6:,.2f} ms unattributed (window scheme)"
+            if gpu.n_gpu_ops
+            else "none: no GPU activity in these traces (a CPU-only capture)",
         ),
         (
             "energy",
@@ -80,101 +160,88 @@ def _metadata(analysis: Analysis) -> list[tuple[str, str]]:
     ]
 
 
-Section = tuple[str, pl.DataFrame]
+def _finding_text(f: Finding) -> str:
+    return f"{f.topic}: not available — {f.text}." if f.omitted else f.text
 
 
-def _fmt(value: object) -> str:
-    if isinstance(value, float):
-        return "" if value != value else f"{value:,.4g}"
-    return "" if value is None else str(value)
+@dataclass(frozen=True)
+class _Content:
+    """What both pages show, computed once: the tables and "what stands out"."""
+
+    tables: list[ReportTable]
+    findings: list[Finding]
+
+
+def _content(analysis: Analysis, sections: list[Section] | None) -> _Content:
+    findings = what_stands_out(analysis, phase_summary(analysis.phases))
+    return _Content(report_tables(analysis, sections), findings)
+
+
+def _markdown(analysis: Analysis, figures: list[Path], out: Path, content: _Content) -> str:
+    m = escape_md
+    lines = ["# nvtx-phases report", ""]
+    lines += [f"- **{m(k)}**: {m(v)}" for k, v in _metadata(analysis)]
+    lines += ["", "## What stands out", ""]
+    lines += [f"- {m(_finding_text(f))}" for f in content.findings]
+    for table in content.tables:
+        lines += md_table(table)
+    lines += ["", "## Figures", ""]
+    lines += md_figures(figures, out, caption_for)
+    if analysis.warnings:
+        lines += ["", "## Warnings", ""] + [f"- {m(w)}" for w in analysis.warnings]
+    return "\n".join(lines) + "\n"
+
+
+def _html(analysis: Analysis, figures: list[Path], content: _Content) -> str:
+    e = escape_html
+    meta = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in _metadata(analysis))
+    findings = "".join(
+        f'<li class="omitted">{e(_finding_text(f))}</li>' if f.omitted else f"<li>{e(f.text)}</li>"
+        for f in content.findings
+    )
+    tables = "".join(html_table(t) for t in content.tables)
+    images = html_figures(figures, caption_for)
+    warnings = "".join(f"<li>{e(w)}</li>" for w in analysis.warnings)
+    body = (
+        f'<table class="meta">{meta}</table>\n'
+        f'<h2>What stands out</h2><ul class="stands-out">{findings}</ul>\n{tables}\n'
+        f"<h2>Figures</h2>{images or '<p>no figures</p>'}\n"
+        f'<h2>Warnings</h2><ul class="warnings">{warnings or "<li>none</li>"}</ul>'
+    )
+    return page("nvtx-phases report", body)
 
 
 def to_markdown(
     analysis: Analysis, figures: list[Path], out: Path, sections: list[Section] | None = None
 ) -> str:
-    """The report as Markdown (figures linked relative to ``out``)."""
-
-    def md(text: str) -> str:
-        return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-
-    lines = ["# nvtx-phases report", ""]
-    lines += [f"- **{md(k)}**: {md(v)}" for k, v in _metadata(analysis)]
-    table = phase_summary(analysis.phases)
-    lines += ["", "## Phases (over steps)", ""]
-    lines.append("| " + " | ".join(label for _, label, _ in SUMMARY_COLUMNS) + " |")
-    lines.append("|" + "---|" * len(SUMMARY_COLUMNS))
-    for row in table.iter_rows(named=True):
-        lines.append("| " + " | ".join(md(_cell(row[c], f)) for c, _, f in SUMMARY_COLUMNS) + " |")
-    for title, frame in sections or []:
-        lines += ["", f"## {md(title)}", "", "| " + " | ".join(md(c) for c in frame.columns) + " |"]
-        lines.append("|" + "---|" * len(frame.columns))
-        lines += ["| " + " | ".join(md(_fmt(v)) for v in row) + " |" for row in frame.iter_rows()]
-    lines += ["", "## Figures", ""]
-    lines += [
-        f"![{p.stem}]({p.relative_to(out).as_posix()})" for p in figures if p.suffix == ".png"
-    ]
-    if analysis.warnings:
-        lines += ["", "## Warnings", ""] + [f"- {md(w)}" for w in analysis.warnings]
-    return "\n".join(lines) + "\n"
+    """The report as Markdown (figures and table CSVs linked relative to ``out``)."""
+    return _markdown(analysis, figures, out, _content(analysis, sections))
 
 
 def to_html(analysis: Analysis, figures: list[Path], sections: list[Section] | None = None) -> str:
-    """The report as one self-contained HTML page (figures embedded)."""
-    e = html.escape
-    meta = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in _metadata(analysis))
-    table = phase_summary(analysis.phases)
-    head = "".join(f"<th>{e(label)}</th>" for _, label, _ in SUMMARY_COLUMNS)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{e(_cell(row[c], f))}</td>" for c, _, f in SUMMARY_COLUMNS) + "</tr>"
-        for row in table.iter_rows(named=True)
-    )
-    images = "".join(
-        f'<figure><img alt="{e(p.stem)}" src="data:image/png;base64,'
-        f'{base64.b64encode(p.read_bytes()).decode()}"><figcaption>{e(p.stem.replace("_", " "))}</figcaption></figure>'
-        for p in figures
-        if p.suffix == ".png"
-    )
-    warnings = "".join(f"<li>{e(w)}</li>" for w in analysis.warnings)
-    extra = "".join(
-        f"<h2>{e(title)}</h2><table><tr>"
-        + "".join(f"<th>{e(c)}</th>" for c in frame.columns)
-        + "</tr>"
-        + "".join(
-            "<tr>" + "".join(f"<td>{e(_fmt(v))}</td>" for v in row) + "</tr>"
-            for row in frame.iter_rows()
-        )
-        + "</table>"
-        for title, frame in sections or []
-    )
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>nvtx-phases report</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 2rem; color: #222; }}
-table {{ border-collapse: collapse; margin: 1rem 0; font-size: 0.85rem; }}
-th, td {{ border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: right; }}
-th {{ background: #f3f3f3; }} td:first-child, th:first-child {{ text-align: left; }}
-figure {{ display: inline-block; margin: 0.5rem; }} img {{ max-width: 720px; }}
-.warnings li {{ color: #8a5a00; }}
-</style></head><body>
-<h1>nvtx-phases report</h1>
-<table>{meta}</table>
-<h2>Phases (median and p10–p90 over steps)</h2>
-<table><tr>{head}</tr>{body}</table>
-{extra}
-<h2>Figures</h2>{images}
-<h2>Warnings</h2><ul class="warnings">{warnings or "<li>none</li>"}</ul>
-</body></html>
-"""
+    """The report as one self-contained HTML page (figures embedded, tables linked as CSV)."""
+    return _html(analysis, figures, _content(analysis, sections))
+
+
+def write_tables(tables: list[ReportTable], out: Path) -> list[Path]:
+    """Each table as CSV under ``out`` (``tables/<name>.csv``), atomically."""
+    (out / "tables").mkdir(parents=True, exist_ok=True)
+    return [atomic_write(out / csv_name(t), t.frame.write_csv) for t in tables]
 
 
 def write_report(
     analysis: Analysis, out: str | Path, figures: list[Path], sections: list[Section] | None = None
 ) -> list[Path]:
-    """Write ``report.html`` and ``report.md`` under ``out`` (``sections``: extra tables)."""
+    """Write ``report.html``, ``report.md`` and their tables as CSV under ``out``.
+
+    ``sections``: extra tables, in the analysis' own columns (converted to display units).
+    """
     out = Path(out)
-    text_md = to_markdown(analysis, figures, out, sections)
-    text_html = to_html(analysis, figures, sections)
+    content = _content(analysis, sections)
+    text_md = _markdown(analysis, figures, out, content)
+    text_html = _html(analysis, figures, content)
     return [
         atomic_write(out / "report.html", lambda p: p.write_text(text_html, encoding="utf-8")),
         atomic_write(out / "report.md", lambda p: p.write_text(text_md, encoding="utf-8")),
+        *write_tables(content.tables, out),
     ]

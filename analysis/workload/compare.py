@@ -69,10 +69,40 @@ def _check_comparable(metrics: dict[str, pl.DataFrame], whole: dict[str, bool]) 
             )
 
 
+def phase_order(metrics: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """``path, attribution, phase_order``: the phases in execution order across the runs.
+
+    A phase's place is its start's offset from its step's start (median over steps, the
+    earliest over runs, so a phase only one run has falls where it ran), then its depth and
+    path; ``step`` itself comes first.
+    """
+    offsets = [
+        per_step.with_columns(
+            (pl.col("start_ns") - pl.col("start_ns").min().over("step")).alias("offset")
+        )
+        .group_by(KEYS)
+        .agg(pl.col("offset").median())
+        for per_step in metrics.values()
+    ]
+    return (
+        pl.concat(offsets)
+        .group_by(KEYS)
+        .agg(pl.col("offset").min())
+        .with_columns(pl.col("path").str.count_matches("/").alias("_depth"))
+        .sort("offset", "_depth", "path", "attribution")
+        .with_row_index("phase_order")
+        .select(*KEYS, pl.col("phase_order").cast(pl.Int64))
+    )
+
+
 def _summary_table(
     metrics: dict[str, pl.DataFrame], order: dict[str, int], whole_capture: bool
 ) -> pl.DataFrame:
-    """Each run's median, p10 and p90 per phase and metric, with diff and ratio to the first."""
+    """Each run's median, p10 and p90 per phase and metric, with diff, ratio and % to the first.
+
+    ``diff_pct = (median − first run's median) / first run's median × 100``, null where the
+    first run's median is 0 or missing. Rows in execution order (:func:`phase_order`).
+    """
     base = next(iter(metrics))
     summaries = []
     for label, per_step in metrics.items():
@@ -102,9 +132,13 @@ def _summary_table(
         .with_columns(
             (pl.col("median") - pl.col("_base")).alias("diff"),
             (pl.col("median") / pl.col("_base")).alias("ratio"),
+            pl.when(pl.col("_base") != 0)
+            .then((pl.col("median") - pl.col("_base")) / pl.col("_base") * 100)
+            .alias("diff_pct"),
         )
         .drop("_base")
-        .sort(*KEYS, "metric", "run_order")
+        .join(phase_order(metrics), on=KEYS, how="left")
+        .sort("phase_order", "metric", "run_order")
     )
 
 
@@ -145,7 +179,8 @@ def _step_table(
 def compare_runs(runs: dict[str, Analysis]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(summary, per-step) comparison tables in long form, differences against the first run.
 
-    summary: ``path, attribution, metric, run, n_steps, median, p10, p90, diff, ratio``;
+    summary: ``path, attribution, metric, run, n_steps, median, p10, p90, run_order, diff,
+    ratio, diff_pct, phase_order`` (rows in execution order);
     steps: ``step, path, attribution, metric, run, value, diff`` for steps every run has.
     Runs without step ranges are compared over the whole capture (``n_steps`` null, ``steps``
     empty). Raises :class:`~analysis.errors.WorkloadInputError` when the runs cannot be compared.
