@@ -38,6 +38,10 @@ from nvtx_phases.lengths_record import record_lengths, settings_from_env, write_
 from nvtx_phases.marking import current_step, phase
 
 TESTED_VERSIONS = ("0.9.1",)
+#: Attribute of every wrapper: the key of its original in the registry (:func:`original_of`).
+#: A string, not the original itself: Ray copies a method's ``__dict__`` into the tracing wrapper
+#: it pickles by value, and the original (whose qualified name now leads to the wrapper) would
+#: then be pickled by value too, with its globals (``torch.distributed.config`` cannot be).
 WRAPPED_MARK = "__nvtx_phases_original__"
 
 
@@ -165,7 +169,7 @@ def _wrap(hook: Hook) -> None:
     if hasattr(current, WRAPPED_MARK):
         return  # installed by an earlier import of this module
     wrapper = phase(hook.phase)(current)
-    setattr(wrapper, WRAPPED_MARK, current)
+    setattr(wrapper, WRAPPED_MARK, hook.target)
     owned = name in vars(owner)
     setattr(owner, name, wrapper)
     _installed[hook.target] = _Installed(owner, name, current, owned)
@@ -252,7 +256,7 @@ def _install_length_recorder(folder: str, *, dp_size: int, n_sampling: int) -> N
             record_lengths(output, step_index, folder, dp_size=dp_size, n_sampling=n_sampling)
         return output
 
-    setattr(generate_and_record, WRAPPED_MARK, current)
+    setattr(generate_and_record, WRAPPED_MARK, key)
     setattr(owner, name, generate_and_record)
     _installed[key] = _Installed(owner, name, current, name in vars(owner))
 
@@ -264,9 +268,17 @@ def _install_trainer_timer() -> None:
     owner, name, current = resolved
     performance = importlib.import_module("verl.utils.profiler.performance")
     wrapper = _trainer_timer(performance.marked_timer)
-    setattr(wrapper, WRAPPED_MARK, current)
+    setattr(wrapper, WRAPPED_MARK, TRAINER_TIMER.target)
     setattr(owner, name, wrapper)
     _installed[TRAINER_TIMER.target] = _Installed(owner, name, current, owned=True)
+
+
+def original_of(wrapper: Any) -> Any:
+    """The function a wrapper installed by :func:`install` replaced (``HookError`` if none)."""
+    key = getattr(wrapper, WRAPPED_MARK, None)
+    if not isinstance(key, str) or key not in _installed:
+        raise HookError(f"{wrapper!r} is not a wrapper installed by nvtx_phases.verl")
+    return _installed[key].original
 
 
 def uninstall() -> None:

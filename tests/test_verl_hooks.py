@@ -48,7 +48,8 @@ def test_every_hook_target_exists_and_is_wrapped(installed):
     for hook in required:
         owner, name = _target(hook)
         current = getattr(owner, name)
-        assert getattr(current, hooks.WRAPPED_MARK) is originals[hook.target], hook.target
+        assert getattr(current, hooks.WRAPPED_MARK) == hook.target
+        assert hooks.original_of(current) is originals[hook.target], hook.target
     # VeRL's Ray dispatch tags (set by @register) survive the wrapping
     from verl.workers.engine_workers import ActorRolloutRefWorker
 
@@ -212,8 +213,8 @@ def test_length_recorder_installs_over_the_phase_hook_and_uninstalls(tmp_path):
     hooks.install(record_lengths_to=str(tmp_path))
     try:
         recorder = AgentLoopManager.generate_sequences
-        phase_wrapper = getattr(recorder, hooks.WRAPPED_MARK)
-        assert getattr(phase_wrapper, hooks.WRAPPED_MARK) is original
+        phase_wrapper = hooks.original_of(recorder)
+        assert hooks.original_of(phase_wrapper) is original
         assert hooks.installed()[hooks.LENGTHS_HOOK.target + "#lengths"] == "<length recorder>"
     finally:
         hooks.uninstall()
@@ -260,3 +261,17 @@ def test_reward_phase_writes_reward_timings_when_recording(tmp_path):
     rewards = read_reward_timings([tmp_path])
     assert rewards.select("step", "rank", "response_sum", "response_max").rows() == [(12, 0, 16, 9)]
     assert rewards["reward_time_s"][0] >= 0
+
+
+def test_installed_workers_still_pickle_for_ray(installed):
+    # Ray pickles VeRL's colocated worker class by value, copying each method's __dict__ into
+    # its tracing wrapper: a wrapper that carried the original function itself made Ray pickle
+    # ActorRolloutRefWorker.update_weights by value, and fail on torch.distributed.config.
+    import ray
+    from ray import cloudpickle
+    from verl.single_controller.ray.base import RayClassWithInitArgs, create_colocated_worker_cls
+    from verl.workers.engine_workers import ActorRolloutRefWorker
+
+    worker = RayClassWithInitArgs(cls=ray.remote(ActorRolloutRefWorker), config=None, role="actor")
+    colocated = create_colocated_worker_cls({"actor_rollout": worker})
+    assert cloudpickle.dumps(colocated.cls.__ray_actor_class__)
