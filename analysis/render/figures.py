@@ -16,6 +16,7 @@ matplotlib.use("Agg")  # headless: clusters and CI have no display
 import matplotlib.pyplot as plt
 import polars as pl
 
+from analysis.aggregate.step_stack import OTHER, step_phases, step_stack
 from analysis.model import WINDOW, Analysis
 from analysis.normalize.devices import device_label
 from analysis.render.files import atomic_write
@@ -27,31 +28,6 @@ matplotlib.rcParams["svg.hashsalt"] = "nvtx-phases"
 
 def _color(name: str) -> str:
     return f"#{phase_color(name) & 0xFFFFFF:06x}"
-
-
-def step_phases(phases: pl.DataFrame) -> pl.DataFrame:
-    """The phases directly inside ``step`` (summed over processes), else top-level ranges."""
-    inside = phases.filter(
-        pl.col("path").str.starts_with("step/") & (pl.col("path").str.count_matches("/") == 1)
-    )
-    if inside.is_empty():
-        inside = phases.filter((pl.col("level") == 0) & (pl.col("canonical") != "step"))
-    return (
-        inside.filter(pl.col("step").is_not_null())
-        .group_by("step", "canonical")
-        .agg(
-            pl.col("wall_ns").sum(),
-            pl.col("gpu_busy_ns").sum(),
-            pl.col("idle_ns").sum(),
-            pl.col("nccl_ns").sum(),
-            pl.col("memcpy_ns").sum(),
-            pl.col("memcpy_bytes").sum(),
-            pl.col("energy_j").sum(),
-            pl.col("energy_j").is_not_null().any().alias("has_energy"),
-            pl.col("start_ns").min(),
-        )
-        .sort("step", "start_ns")
-    )
 
 
 def _total(data: pl.DataFrame, *columns: str) -> float:
@@ -83,29 +59,38 @@ def save_figure(fig: plt.Figure, out: Path, stem: str) -> list[Path]:
 
 
 def phase_time_per_step(phases: pl.DataFrame, out: Path) -> list[Path]:
-    """Stacked bars: wall time of each phase, one bar per step."""
-    data = step_phases(phases)
-    if data.is_empty():
+    """Stacked bars of each phase's wall time per step (binned means beyond ``MAX_STEP_BARS``).
+
+    A fixed canvas whatever the number of steps; phases in execution order, then ``other``.
+    """
+    stack = step_stack(phases)
+    if stack.is_empty():
         return []
-    steps = sorted(data["step"].unique().to_list())
-    fig, ax = plt.subplots(figsize=(max(5, 0.6 * len(steps) + 3), 4))
-    bottom = [0.0] * len(steps)
-    for name in _phase_order(data):
-        by_step = dict(
-            data.filter(pl.col("canonical") == name).select("step", "wall_ns").iter_rows()
+    bars = stack.select("bar", "first_step").unique().sort("first_step")["bar"].to_list()
+    binned = len(bars) < stack["first_step"].n_unique() or any("–" in b for b in bars)
+    order = [n for n in _phase_order(step_phases(phases)) if n != OTHER]
+    if OTHER in stack["canonical"].to_list():
+        order.append(OTHER)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    bottom = [0.0] * len(bars)
+    for name in order:
+        by_bar = dict(
+            stack.filter(pl.col("canonical") == name).select("bar", "wall_ms").iter_rows()
         )
-        heights = [by_step.get(s, 0) / 1e6 for s in steps]
+        heights = [by_bar.get(b, 0.0) for b in bars]
         ax.bar(
-            [str(s) for s in steps],
+            range(len(bars)),
             heights,
             bottom=bottom,
             label=name,
-            color=_color(name),
+            color="#d9d9d9" if name == OTHER else _color(name),
             edgecolor="white",
-            linewidth=0.5,
+            linewidth=0.3 if len(bars) > 20 else 0.5,
         )
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-    ax.set_xlabel("step")
+    ticks = list(range(0, len(bars), max(1, len(bars) // 10)))
+    ax.set_xticks(ticks, [bars[i] for i in ticks], rotation=30 if binned else 0, fontsize=8)
+    ax.set_xlabel("steps (mean per step in each bin)" if binned else "step")
     ax.set_ylabel("wall time (ms)")
     ax.set_title("Phase time per step")
     ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=8)
@@ -230,8 +215,23 @@ def data_movement_per_phase(phases: pl.DataFrame, out: Path) -> list[Path]:
     return save_figure(fig, out, "data_movement_per_phase")
 
 
-def energy_per_phase_device(phase_devices: pl.DataFrame, out: Path) -> list[Path]:
-    """Grouped bars: energy of each phase on each GPU, summed over steps."""
+def execution_order(phases: pl.DataFrame) -> list[str]:
+    """Phase paths in order of their first start (the order the run executes them)."""
+    return (
+        phases.group_by("path")
+        .agg(pl.col("start_ns").min())
+        .sort("start_ns", "path")["path"]
+        .to_list()
+    )
+
+
+def energy_per_phase_device(
+    phase_devices: pl.DataFrame, out: Path, order: list[str] | None = None
+) -> list[Path]:
+    """Grouped bars: energy of each phase on each GPU, summed over steps.
+
+    Phases in ``order`` (execution order, from :func:`execution_order`); others after, by name.
+    """
     if "energy_j" not in phase_devices.columns:
         return []
     data = phase_devices.filter(
@@ -242,7 +242,9 @@ def energy_per_phase_device(phase_devices: pl.DataFrame, out: Path) -> list[Path
     if data.is_empty():
         return []
     per = data.group_by("path", "device").agg(pl.col("energy_j").sum()).sort("path", "device")
-    names: list[str] = sorted(per["path"].unique().to_list())
+    present = set(per["path"].to_list())
+    ranked = [n for n in (order or []) if n in present]
+    names: list[str] = ranked + sorted(present - set(ranked))
     devices = sorted(per["device"].unique().to_list())
     width = 0.8 / len(devices)
     fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(names) + 2), 4))
@@ -313,6 +315,6 @@ def write_figures(analysis: Analysis, out: str | Path) -> list[Path]:
         *phase_share(phases, out),
         *busy_idle_per_phase(phases, out),
         *data_movement_per_phase(phases, out),
-        *energy_per_phase_device(analysis.phase_devices, out),
+        *energy_per_phase_device(analysis.phase_devices, out, execution_order(phases)),
         *power_timeline(phases, analysis.power_samples, out),
     ]
