@@ -42,6 +42,9 @@ class TraceInfo:
     clock_zero_utc_ns: int | None
     clock_offset_ns: int
     missing_tables: list[str]
+    #: the capture's end on the run's clock (``ANALYSIS_DETAILS.duration`` + offset); None: unknown.
+    #: nsys ends a range still open when the capture stops here (see fidelity)
+    capture_end_ns: int | None = None
 
 
 @dataclass(frozen=True)
@@ -239,8 +242,15 @@ class RunSummary:
 
 
 def _fields(kind: type, data: dict[str, Any]) -> dict[str, Any]:
-    """The entries of ``data`` that are fields of dataclass ``kind`` (KeyError if one lacks)."""
-    return {f.name: data[f.name] for f in dataclasses.fields(kind)}
+    """The entries of ``data`` that are fields of dataclass ``kind``.
+
+    KeyError if one without a default lacks (a field added later, with a default, may).
+    """
+    return {
+        f.name: data[f.name]
+        for f in dataclasses.fields(kind)
+        if f.name in data or f.default is dataclasses.MISSING
+    }
 
 
 @dataclass(frozen=True)

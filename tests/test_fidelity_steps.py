@@ -130,3 +130,28 @@ def test_stages_logged_under_a_millisecond_are_listed_but_not_scored(runs, tmp_p
     overall = 100 - sum(abs(e) for e in expected.values()) / len(expected)
     assert summary["overall_accuracy_pct"] == pytest.approx(overall, abs=1e-9)
     assert "Not in the overall accuracy (logged under 1 ms" in to_markdown(summary)
+
+
+def test_a_step_range_cut_at_the_capture_end_is_not_scored(runs, tmp_path):
+    # a real VeRL run under nsys 2022.4: the trainer's actor was killed before its last pop was
+    # flushed; nsys ended the last step range at the capture's end (5.23 s for VeRL's 1.33 s)
+    numbered, _, folder = runs
+    cut = tmp_path / "cut.sqlite"
+    cut.write_bytes((folder / "numbered.sqlite").read_bytes())
+    with sqlite3.connect(cut) as con:
+        (duration,) = con.execute("SELECT duration FROM ANALYSIS_DETAILS").fetchone()
+        (rowid,) = con.execute(
+            "SELECT e.rowid FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId "
+            "WHERE coalesce(e.text, s.value) = 'step' ORDER BY e.start DESC LIMIT 1"
+        ).fetchone()
+        con.execute("UPDATE NVTX_EVENTS SET end = ? WHERE rowid = ?", (duration, rowid))
+    times = _window_times(numbered)
+    log = _verl_log(tmp_path / "verl.log", times, [(1, 1), (2, 2), (3, 3)])
+    rows, summary = compare_with_log(analyze([cut]), read_verl_log(log))
+    assert summary["cut_pairs"] == [[3, "step"]]
+    assert rows.filter("cut_at_capture_end").select("step", "stage").rows() == [(3, "step")]
+    assert summary["n_pairs"] == 11 and summary["stages"]["step"]["n_steps"] == 2
+    expected = {stage: (1 / (1 + k) - 1) * 100 for stage, k in OFFSETS.items()}
+    overall = 100 - sum(3 * abs(e) for s, e in expected.items() if s != "step") / 11
+    assert summary["overall_accuracy_pct"] == pytest.approx(overall, abs=1e-9)
+    assert "Not scored: step 3 step: a range of it ends exactly at the end" in to_markdown(summary)

@@ -132,6 +132,28 @@ def nvtx_marks(raw: RawTrace, *, offset_ns: int = 0) -> pl.DataFrame:
     )
 
 
+def _cut_at_capture_end(raw: RawTrace, ranges: pl.DataFrame) -> list[str]:
+    """A warning for ranges that nsys closed at the capture's end (``ANALYSIS_DETAILS.duration``).
+
+    nsys 2022.4 ends a range still open when the capture stops at the capture's duration: a
+    process killed before its NVTX buffer was flushed (a Ray actor at shutdown) loses its last
+    pops, and the range then runs to the end of the capture, not to its real end.
+    """
+    if raw.duration_ns is None:
+        return []
+    cut = ranges.filter((pl.col("end") == raw.duration_ns) & (pl.col("start") < raw.duration_ns))
+    if cut.is_empty():
+        return []
+    names = sorted(set(cut["message"].fill_null("").to_list()))
+    shown = ", ".join(repr(n) for n in names[:5]) + (", …" if len(names) > 5 else "")
+    return [
+        f"{raw.label}: {cut.height} NVTX range(s) end exactly at the end of the capture ({shown}): "
+        "nsys closes a range still open when the capture stops (its process exited before its "
+        "last NVTX events were flushed, or it was still running), so their durations run to "
+        "the capture's end, not to the range's own end"
+    ]
+
+
 def nvtx_ranges(raw: RawTrace, *, offset_ns: int = 0) -> tuple[pl.DataFrame, list[str]]:
     """NVTX push/pop and start/end ranges with message text, domain name and integer payload.
 
@@ -158,6 +180,7 @@ def nvtx_ranges(raw: RawTrace, *, offset_ns: int = 0) -> tuple[pl.DataFrame, lis
             "without end); closed at the last timestamp of the capture"
         )
     ranges = ranges.with_columns(pl.col("end").fill_null(last_ts))
+    warnings += _cut_at_capture_end(raw, ranges)
     n_backwards = ranges.filter(pl.col("end") < pl.col("start")).height
     if n_backwards:
         warnings.append(f"{raw.label}: {n_backwards} NVTX range(s) end before they start; dropped")

@@ -288,6 +288,7 @@ def _run_summary(
                 clock_zero_utc_ns=t.clock_zero_utc_ns,
                 clock_offset_ns=offsets[t.label],
                 missing_tables=t.missing_tables,
+                capture_end_ns=None if t.duration_ns is None else t.duration_ns + offsets[t.label],
             )
             for t in loaded
         ],

@@ -106,11 +106,21 @@ def stage_times(analysis: Analysis) -> pl.DataFrame:
         .then(pl.lit("step"))
         .otherwise(pl.col("path").str.strip_prefix("step/"))
     )
+    ends = pl.DataFrame(
+        [(t.label, t.capture_end_ns) for t in analysis.summary.traces],
+        schema={"trace": pl.String, "_capture_end_ns": pl.Int64},
+        orient="row",
+    )
     return (
         rows.filter((pl.col("path") == "step") | (pl.col("path").str.count_matches("/") == 1))
         .with_columns(stage.alias("stage"))
+        .join(ends, on="trace", how="left")
         .group_by("step", "stage")
-        .agg((pl.col("wall_ns").sum() / 1e9).alias("trace_s"))
+        .agg(
+            (pl.col("wall_ns").sum() / 1e9).alias("trace_s"),
+            # nsys ended a range still open at the capture's end there: not its real end
+            (pl.col("end_ns") == pl.col("_capture_end_ns")).fill_null(False).any().alias("cut"),
+        )
     )
 
 
@@ -184,12 +194,14 @@ def compare_with_log(analysis: Analysis, log: pl.DataFrame) -> tuple[pl.DataFram
         .join(pairs, on="trace_step", how="inner")
         .join(logged, on=["step", "stage"], how="inner")
         .filter(pl.col("logged_s") > 0)
-        .select("step", "trace_step", "stage", "trace_s", "logged_s")
+        .select("step", "trace_step", "stage", "trace_s", "logged_s", "cut")
     )
     both = both.with_columns(
         ((pl.col("trace_s") - pl.col("logged_s")) / pl.col("logged_s") * 100).alias("error_pct")
-    )
-    both = both.sort("step", "stage")
+    ).sort("step", "stage")
+    cut_pairs = [[r["step"], r["stage"]] for r in both.filter("cut").iter_rows(named=True)]
+    rows_out = both.rename({"cut": "cut_at_capture_end"})
+    both = both.filter(~pl.col("cut")).drop("cut")
     per_stage = (
         both.group_by("stage")
         .agg(
@@ -215,8 +227,9 @@ def compare_with_log(analysis: Analysis, log: pl.DataFrame) -> tuple[pl.DataFram
         "unscored_stages": unscored,
         "matched_steps": sorted(both["step"].unique().to_list()),
         "step_alignment": alignment,
+        "cut_pairs": cut_pairs,
     }
-    return both, summary
+    return rows_out, summary
 
 
 def to_markdown(summary: dict) -> str:
@@ -244,6 +257,14 @@ def to_markdown(summary: dict) -> str:
             "Not in the overall accuracy (logged under "
             f"{summary['min_scored_logged_s'] * 1000:g} ms, where the error measures "
             "the timers' own overhead): " + ", ".join(summary["unscored_stages"]) + ".",
+        ]
+    if summary.get("cut_pairs"):
+        shown = ", ".join(f"step {step} {stage}" for step, stage in summary["cut_pairs"])
+        lines += [
+            "",
+            f"Not scored: {shown}: a range of it ends exactly at the end of the capture (nsys "
+            "closed it there; its process exited before its last NVTX events were flushed), so "
+            "the trace does not hold its real duration.",
         ]
     alignment = summary.get("step_alignment")
     if alignment and alignment["mode"] == "order":
