@@ -130,6 +130,26 @@ def test_stages_logged_under_a_millisecond_are_listed_but_not_scored(runs, tmp_p
     overall = 100 - sum(abs(e) for e in expected.values()) / len(expected)
     assert summary["overall_accuracy_pct"] == pytest.approx(overall, abs=1e-9)
     assert "Not in the overall accuracy (logged under 1 ms" in to_markdown(summary)
+    assert "| reward | 3 |" in to_markdown(summary)
+    assert (
+        to_markdown(summary).split("| reward | 3 |")[1].splitlines()[0].endswith("| not scored |")
+    )
+    assert summary["missing_in_trace"] == []
+
+
+def test_a_stage_logged_but_missing_from_the_trace_is_named(runs, tmp_path):
+    # as in a real VeRL run: step 2's update_weights timed by VeRL, its NVTX range never flushed
+    numbered, _, _ = runs
+    times = _window_times(numbered)
+    log = _verl_log(tmp_path / "verl.log", times, [(1, 1), (2, 2), (3, 3)])
+    lines = log.read_text().splitlines()
+    lines[1] += " - timing_s/update_critic:0.25"  # GRPO: the trace has no critic
+    lines.append("(TaskRunner pid=7) step:9 - timing_s/update_critic:0.5")  # no traced step 9
+    log.write_text("\n".join(lines) + "\n")
+    _, summary = compare_with_log(numbered, read_verl_log(log))
+    assert summary["missing_in_trace"] == [[2, "update_critic"]]
+    assert summary["n_pairs"] == 12
+    assert "Logged by VeRL but not in the trace: step 2 update_critic (" in to_markdown(summary)
 
 
 def test_a_step_range_cut_at_the_capture_end_is_not_scored(runs, tmp_path):

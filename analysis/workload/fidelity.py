@@ -200,6 +200,13 @@ def compare_with_log(analysis: Analysis, log: pl.DataFrame) -> tuple[pl.DataFram
         ((pl.col("trace_s") - pl.col("logged_s")) / pl.col("logged_s") * 100).alias("error_pct")
     ).sort("step", "stage")
     cut_pairs = [[r["step"], r["stage"]] for r in both.filter("cut").iter_rows(named=True)]
+    # a stage VeRL timed in a paired step that the trace lacks (its range never flushed)
+    missing = (
+        logged.join(pairs, on="step", how="semi")
+        .filter(pl.col("logged_s") > 0)
+        .join(both, on=["step", "stage"], how="anti")
+        .sort("step", "stage")
+    )
     rows_out = both.rename({"cut": "cut_at_capture_end"})
     both = both.filter(~pl.col("cut")).drop("cut")
     per_stage = (
@@ -228,6 +235,7 @@ def compare_with_log(analysis: Analysis, log: pl.DataFrame) -> tuple[pl.DataFram
         "matched_steps": sorted(both["step"].unique().to_list()),
         "step_alignment": alignment,
         "cut_pairs": cut_pairs,
+        "missing_in_trace": [[r["step"], r["stage"]] for r in missing.iter_rows(named=True)],
     }
     return rows_out, summary
 
@@ -238,10 +246,12 @@ def to_markdown(summary: dict) -> str:
         "| stage | steps | logged s (mean) | trace s (mean) | error % (mean) | |error| % | accuracy % |",
         "|---|---|---|---|---|---|---|",
     ]
+    unscored = set(summary.get("unscored_stages", []))
     for stage, row in summary["stages"].items():
+        accuracy = "not scored" if stage in unscored else f"{row['accuracy_pct']:.2f}"
         lines.append(
             f"| {stage} | {row['n_steps']} | {row['mean_logged_s']:.4f} | {row['mean_trace_s']:.4f} | "
-            f"{row['mean_error_pct']:+.2f} | {row['mean_abs_error_pct']:.2f} | {row['accuracy_pct']:.2f} |"
+            f"{row['mean_error_pct']:+.2f} | {row['mean_abs_error_pct']:.2f} | {accuracy} |"
         )
     overall = summary["overall_accuracy_pct"]
     scored_pairs = summary.get("n_scored_pairs", summary["n_pairs"])
@@ -265,6 +275,14 @@ def to_markdown(summary: dict) -> str:
             f"Not scored: {shown}: a range of it ends exactly at the end of the capture (nsys "
             "closed it there; its process exited before its last NVTX events were flushed), so "
             "the trace does not hold its real duration.",
+        ]
+    if summary.get("missing_in_trace"):
+        shown = ", ".join(f"step {step} {stage}" for step, stage in summary["missing_in_trace"])
+        lines += [
+            "",
+            f"Logged by VeRL but not in the trace: {shown} (no such range in that step: a "
+            "process that exited before its last NVTX events were flushed, or a stage the "
+            "capture did not cover).",
         ]
     alignment = summary.get("step_alignment")
     if alignment and alignment["mode"] == "order":

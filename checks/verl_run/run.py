@@ -105,6 +105,11 @@ def verl_environment(repo: Path, base: dict[str, str] | None = None) -> dict[str
             "VLLM_TARGET_DEVICE": "cpu",
             "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", "1"),
             "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+            # vLLM gives up on a model step after 300 s; a loaded 2-core machine can exceed it in
+            # the first generation (seen: TimeoutError "RPC call to execute_model timed out")
+            "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": env.get(
+                "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "3600"
+            ),
             "RAY_DEDUP_LOGS": "0",
             "TOKENIZERS_PARALLELISM": "false",
             "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "2"),
