@@ -99,7 +99,7 @@ PHASE_COLORS: dict[str, int] = {
     "compute_ref_log_prob": 0xFFCCB974,
     "values": 0xFF64B5CD,
     "compute_values": 0xFF64B5CD,
-    "adv": 0xFF8C8C8C,
+    "adv": 0xFFB5179E,  # magenta: its old grey read as update_weights' brown and as "other"
     "update_actor": 0xFFDD8452,
     "update_critic": 0xFFDA8BC3,
     "update_weights": 0xFF937860,

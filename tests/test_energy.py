@@ -174,9 +174,9 @@ def test_report_and_compare(run, tmp_path):
     result = runner.invoke(app, ["report", str(path), "--out", str(tmp_path / "rep")])
     assert result.exit_code == 0, result.output
     page = (tmp_path / "rep" / "report.html").read_text()
-    # 7 trace figures (power_envelope among them) + 3 from the length records found beside
-    # the trace (run_lengths/)
-    assert page.count("data:image/png;base64,") == 10
+    # 8 trace figures (power_envelope and power_timeline_detail among them) + 3 from the length
+    # records found beside the trace (run_lengths/)
+    assert page.count("data:image/png;base64,") == 11
     assert "step/update_actor" in page and "energy" in page
     assert "Rollout stragglers" in page and "Response lengths per step" in page
     result = runner.invoke(

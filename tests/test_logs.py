@@ -293,7 +293,7 @@ def test_cli_end_to_end_and_the_figure_size_does_not_grow(tmp_path):
     )
     big = runner.invoke(app, ["logs", str(long), "--out", str(tmp_path / "long")])
     assert big.exit_code == 0, big.output
-    assert _png_size(tmp_path / "long" / "figures" / "phase_share.png") == small == (1500, 750)
+    assert _png_size(tmp_path / "long" / "figures" / "phase_share.png") == small == (2000, 1000)
     shares, bars = wl.share_bars(wl.phase_times(wl.latest_values(wl.read_logs([long]))))
     assert bars.height == 40 and bars["n_steps"].to_list() == [5] * 40
     assert bars["label"][0] == "1–5"

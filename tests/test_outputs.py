@@ -40,6 +40,8 @@ POWER_FILES = {
     "power_samples.parquet",
     "figures/power_timeline.png",
     "figures/power_timeline.svg",
+    "figures/power_timeline_detail.png",
+    "figures/power_timeline_detail.svg",
     "figures/energy_per_phase_device.png",
     "figures/energy_per_phase_device.svg",
     "power_envelope.csv",

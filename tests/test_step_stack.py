@@ -83,7 +83,7 @@ def test_the_figure_has_one_size_for_3_and_500_steps(tmp_path):
     many = _phases({s: {"step": 100, "gen": 50, "train": 30} for s in range(1, 501)})
     small = phase_time_per_step(few, tmp_path / "few")[0]
     large = phase_time_per_step(many, tmp_path / "many")[0]
-    assert _png_size(small) == _png_size(large) == (1200, 600)
+    assert _png_size(small) == _png_size(large) == (1600, 800)
 
 
 def test_energy_per_phase_device_follows_execution_order_not_the_alphabet():

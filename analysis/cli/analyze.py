@@ -45,6 +45,14 @@ Steps = Annotated[
         "2: skips a warm-up step 1. Totals count the selected steps' GPU operations.",
     ),
 ]
+DetailSteps = Annotated[
+    str | None,
+    typer.Option(
+        "--detail-steps",
+        help="Steps drawn in power_timeline_detail, same syntax as --steps (at most 4); "
+        "default: the median-duration and the longest step.",
+    ),
+]
 StripArgs = Annotated[
     bool,
     typer.Option(
@@ -189,6 +197,7 @@ def analyze(
     top_kernels: TopKernels = 10,
     steps: Steps = None,
     strip_args: StripArgs = False,
+    detail_steps: DetailSteps = None,
 ) -> None:
     """Attribute GPU kernels, NCCL, memcpy, memset and energy to NVTX phases, per step and rank.
 
@@ -218,6 +227,7 @@ def analyze(
             command_line=command_line(ctx),
             steps=steps,
             strip_args=strip_args,
+            detail_steps=detail_steps,
             reporter=reporter,
         ),
         out,
@@ -247,6 +257,7 @@ def report(
     cap: Annotated[int | None, typer.Option(help="Max response length (fraction at cap).")] = None,
     force_combine: ForceCombine = False,
     steps: Steps = None,
+    detail_steps: DetailSteps = None,
 ) -> None:
     """Write report.html (self-contained) and report.md: metadata, phase table, figures, warnings.
 
@@ -264,6 +275,7 @@ def report(
             force_combine=force_combine,
             command_line=command_line(ctx),
             steps=steps,
+            detail_steps=detail_steps,
             reporter=reporter,
         )
     for path in written:

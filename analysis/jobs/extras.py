@@ -15,17 +15,24 @@ if TYPE_CHECKING:
 
 
 def envelope_files(
-    result: Analysis, out: Path, *, table: bool, figure: bool
+    result: Analysis, out: Path, *, table: bool, figure: bool, saved: Path | None = None
 ) -> tuple[list[Path], list[Path]]:
     """Write ``power_envelope.csv`` (``table``) and ``figures/power_envelope.*`` (``figure``).
 
-    Nothing without power samples. Returns (tables written, figures written).
+    Nothing without power samples. ``saved``: an analysis folder whose ``power_envelope.csv``
+    the figure is drawn from (seconds saved at 1,000 steps), when it has one and no table is
+    asked for. Returns (tables written, figures written).
     """
     if result.power_samples is None or result.power_samples.is_empty():
         return [], []  # before the imports: numpy is not needed then (start-up)
-    from analysis.energy.envelope import power_envelope
-    from analysis.render.envelope import power_envelope_figure, write_envelope_csv
+    from analysis.energy.envelope import ENVELOPE_SCHEMA, power_envelope
+    from analysis.render.envelope import CSV_NAME, power_envelope_figure, write_envelope_csv
 
+    if saved is not None and not table and (saved / CSV_NAME).is_file():
+        import polars as pl
+
+        saved_table = pl.read_csv(saved / CSV_NAME, schema_overrides=ENVELOPE_SCHEMA)
+        return [], power_envelope_figure(saved_table, out / "figures") if figure else []
     envelope = power_envelope(result)
     if envelope is None:
         return [], []

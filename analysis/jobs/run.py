@@ -157,6 +157,7 @@ def analyze_to(
     command_line: Sequence[str] | None = None,
     steps: str | None = None,
     strip_args: bool = False,
+    detail_steps: str | None = None,
     reporter: Reporter = QUIET,
 ) -> AnalysisOutputs:
     """Analyze one run's traces and write its tables (and figures) to ``out``: ``analyze``.
@@ -166,7 +167,8 @@ def analyze_to(
     kernel names per phase in ``kernels_by_phase.csv`` (None or 0: all); ``command_line``: the
     CLI's, for the provenance in ``summary.json``. ``steps``: keep only these steps
     (:mod:`analysis.run.select`); ``strip_args``: cut PyTorch's argument suffixes off range
-    names. The other options are :func:`analysis.run.pipeline.analyze`'s (``chunk_ops`` None:
+    names; ``detail_steps``: the steps of the power detail figure (same syntax; checked against
+    the run's steps before anything is written). The other options are :func:`analysis.run.pipeline.analyze`'s (``chunk_ops`` None:
     its default).
     """
     from analysis.render.files import check_output_folder, output_folder, write_outputs
@@ -175,6 +177,7 @@ def analyze_to(
 
     check_output_folder(out)  # before exporting .nsys-rep reports and analyzing
     spec = parse_steps(steps) if steps else None
+    _check_detail_syntax(detail_steps)
     files = resolve_traces(traces, reporter)
     pmap = _phase_map(phase_map, all_ranges, strip_args)
     reporter.begin(len(files))
@@ -196,6 +199,10 @@ def analyze_to(
     result = _invoked(result, command_line, phase_map, top_kernels)
     with ExitStack() as on_error:
         on_error.callback(result.close)
+        if figures and detail_steps:
+            from analysis.render.power_figure import check_detail_steps
+
+            check_detail_steps(result.steps, detail_steps)  # before anything is written
         reporter.stage("writing outputs")
         with output_folder(out) as session:  # afterwards out holds this run's files only
             written = session.add(write_outputs(result, out, top_kernels=top_kernels))
@@ -203,7 +210,9 @@ def analyze_to(
                 from analysis.render.figures import write_figures  # matplotlib only when drawing
 
                 reporter.stage("drawing figures")
-                written += session.add(write_figures(result, out / "figures"))
+                written += session.add(
+                    write_figures(result, out / "figures", detail_steps=detail_steps)
+                )
             tables, drawn = envelope_files(result, out, table=True, figure=figures)
             written += session.add(tables + drawn)
             written += session.add(gpu_metrics_files(result, out, reporter))
@@ -234,6 +243,7 @@ def build_report(
     force_combine: bool = False,
     command_line: Sequence[str] | None = None,
     steps: str | None = None,
+    detail_steps: str | None = None,
     reporter: Reporter = QUIET,
 ) -> list[Path]:
     """Write report.html and report.md (and the figures) of one run to ``out``: ``report``.
@@ -241,7 +251,8 @@ def build_report(
     ``inputs``: an analysis folder, or the run's traces (then their tables are written too,
     with ``command_line`` in the provenance). ``lengths``: response-length records (default:
     :func:`find_lengths`) add length, straggler and energy-per-token sections; ``cap`` is the
-    rollout's max response length. ``steps``: report only these steps (:mod:`analysis.run.select`).
+    rollout's max response length. ``steps``: report only these steps (:mod:`analysis.run.select`);
+    ``detail_steps``: the steps of the power detail figure (same syntax).
     """
     from analysis.render.figures import write_figures
     from analysis.render.files import (
@@ -254,6 +265,7 @@ def build_report(
     from analysis.render.report import write_report
 
     check_output_folder(out)  # before a long analysis, not after it
+    _check_detail_syntax(detail_steps)
     folder = analysis_folder(inputs)
     with open_run(
         inputs,
@@ -262,6 +274,10 @@ def build_report(
         steps=steps,
         reporter=reporter,
     ) as result:
+        if detail_steps:
+            from analysis.render.power_figure import check_detail_steps
+
+            check_detail_steps(result.steps, detail_steps)  # before anything is written
         # out ends up holding this run's files only; an analysis drawn from out itself stays
         keep = TABLE_NAMES if folder is not None and same_folder(folder, out) else ()
         with output_folder(out, keep=keep) as session:
@@ -270,8 +286,10 @@ def build_report(
                 session.add(write_outputs(_invoked(result, command_line, None, 10), out))
                 session.add(gpu_metrics_files(result, out, reporter))
             reporter.stage("drawing figures")
-            figures = session.add(write_figures(result, out / "figures"))
-            tables, drawn = envelope_files(result, out, table=folder is None, figure=True)
+            figures = session.add(write_figures(result, out / "figures", detail_steps=detail_steps))
+            tables, drawn = envelope_files(
+                result, out, table=folder is None, figure=True, saved=folder
+            )
             session.add(tables)
             figures += session.add(drawn)
             sections = _kernel_sections(result, folder)
@@ -281,6 +299,18 @@ def build_report(
                 sections += more
                 figures += session.add(drawn)
             return session.add(write_report(result, out, figures, sections))
+
+
+def _check_detail_syntax(detail_steps: str | None) -> None:
+    """A malformed ``--detail-steps`` fails before a long analysis (its steps are checked after)."""
+    from analysis.errors import InputError
+    from analysis.run.select import parse_steps
+
+    if detail_steps:
+        try:
+            parse_steps(detail_steps)
+        except InputError as exc:
+            raise InputError(str(exc).replace("--steps", "--detail-steps", 1)) from exc
 
 
 def _kernel_sections(result: Analysis, folder: Path | None) -> list[Section]:
@@ -309,7 +339,7 @@ def _length_sections(
         ("Rollout stragglers", tails),
         ("Energy per generated token", energy_per_token(result, stats)),
     ]
-    drawn = length_cdf(responses, figures) + length_heatmap(responses, figures)
+    drawn = length_cdf(responses, figures, cap=cap) + length_heatmap(responses, figures, cap=cap)
     return sections, drawn + straggler_timeline(tails, figures)
 
 

@@ -70,8 +70,8 @@ def analyze_lengths(
         atomic_write(out / "length_stats.csv", stats.write_csv),
         atomic_write(out / "length_drift.csv", lw.drift(stats).write_csv),
         atomic_write(out / "rank_imbalance.csv", lw.rank_imbalance(responses, rewards).write_csv),
-        *length_cdf(responses, out / "figures"),
-        *length_heatmap(responses, out / "figures"),
+        *length_cdf(responses, out / "figures", cap=cap),
+        *length_heatmap(responses, out / "figures", cap=cap),
     ]
     if run is not None:
         written += _run_length_files(run, stats, out, reporter)

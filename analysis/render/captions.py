@@ -1,10 +1,109 @@
-"""One caption per figure: what it shows and how to read it (used under each figure in the report)."""
+"""One caption per figure: what it shows and how to read it (used under each figure in the report).
+
+:data:`FIGURE_CAPTIONS` holds the figures of ``analyze``/``report`` and ``whatif``; a comparison's
+``compare_<metric>`` figures get :func:`analysis.render.compare_figures.compare_caption` (it
+depends on whether the runs have steps), which :func:`caption_for` returns for those stems too.
+``nvtx-phases logs`` writes its own ``phase_share`` figure (a different one, from VeRL's
+timers): its caption is :data:`VERL_LOGS_CAPTIONS`.
+"""
 
 from __future__ import annotations
 
-FIGURE_CAPTIONS: dict[str, str] = {}
+#: "Phases in execution order, each in its NVTX colour": said once, used in several captions
+_ORDER = "Phases in execution order (first start), each in its NVTX colour"
+
+FIGURE_CAPTIONS: dict[str, str] = {
+    "phase_time_per_step": (
+        "Wall time of each phase per step, stacked bottom to top in execution order, each phase "
+        "in its NVTX colour; the grey 'other (no phase)' segment is the step's time no phase "
+        "covers, so a bar is as tall as its step. Beyond 40 steps each bar is the mean per step "
+        "over a bin of consecutive steps, labelled first–last."
+    ),
+    "phase_share": (
+        "Per phase, the median over steps of its share of the step's wall time (solid bars) "
+        "and, when GPU power was measured, of the step's GPU energy (light, hatched bars); "
+        "whiskers span p10–p90 over steps. " + _ORDER + "; medians of shares need not add up to "
+        "100%."
+    ),
+    "busy_idle_per_phase": (
+        "Per phase, GPU busy time (solid: a kernel or copy running) stacked under GPU idle time "
+        "(light, hatched: the phase's wall time on a GPU with nothing running), each summed over "
+        "all steps and all GPUs. " + _ORDER + "."
+    ),
+    "data_movement_per_phase": (
+        "Per phase, summed over all steps and GPUs: NCCL kernel time (solid) and memcpy time "
+        "(light, hatched) on top; below, the data memcpy copied (MB, or the unit on the axis). "
+        + _ORDER
+        + "."
+    ),
+    "energy_per_phase_device": (
+        "Energy of each phase on each GPU, summed over all steps: one bar per GPU (told apart by "
+        "hatch, named by rank/GPU), or beyond 8 GPUs the median over GPUs with a p10–p90 "
+        "whisker over GPUs. " + _ORDER + "."
+    ),
+    "power_timeline": (
+        "GPU power over the whole run: one line per GPU (beyond 10 GPUs, the median over GPUs "
+        "with a p10–p90 band). On long runs each line is the mean over bins of whole steps and "
+        "the light grey band the lowest to highest reading of all GPUs in each bin. The strip "
+        "above shows the driver's phases in their NVTX colours, on the same time axis."
+    ),
+    "power_timeline_detail": (
+        "GPU power within a few chosen steps (--detail-steps; by default the median-duration "
+        "and the longest step), one panel per step, at the sampler's resolution, time from the "
+        "step's start. The strip above each panel and the bands behind the lines are the "
+        "driver's phases, in their NVTX colours."
+    ),
+    "power_envelope": (
+        "Power per phase over all steps. Top: per GPU, median power (dot), p95 (tick) and "
+        "highest reading (triangle), joined by a line; with many GPUs, the median over GPUs of "
+        "each with the full range across GPUs. Middle: per node (its GPUs summed), median bar, "
+        "p95 tick, max triangle and the phase's share of the run's energy; bottom: how fast node "
+        "power rises as the phase starts (W/ms: median bar, steepest diamond)."
+    ),
+    "length_cdf": (
+        "Cumulative distribution of response lengths for a few steps (one line per step): the "
+        "height at a length is the share of the step's responses at most that long. Log length "
+        "axis; the dashed line is the length cap (--cap)."
+    ),
+    "length_heatmap": (
+        "Response lengths over steps: each column is a step (x), each cell the share of that "
+        "step's responses whose length falls in a log-spaced length bin (y; colour bar on the "
+        "right). The line marks the length cap (--cap)."
+    ),
+    "straggler_timeline": (
+        "Rollout stragglers over all steps. Top: each rank/GPU's idle tail per step, the time "
+        "its generation ended before the step's slowest rank finished (white: the slowest "
+        "rank; darker: a longer wait). Bottom: the generation time of the slowest and of the "
+        "median rank per step (ms); the gap between them is the straggler cost."
+    ),
+    "whatif_per_step": (
+        "Step time as measured (black) and under each what-if bound (one line per bound and "
+        "variant; each an upper bound on the saving, from measured times; the assumptions are "
+        "in whatif.md). Beyond 40 steps each point is the median over a bin of consecutive "
+        "steps, with the p10–p90 band of the measured step time."
+    ),
+}
+
+#: ``nvtx-phases logs``'s figure (from VeRL's timers, not a trace), by stem
+VERL_LOGS_CAPTIONS: dict[str, str] = {
+    "phase_share": (
+        "Each phase's share of the step's logged time (VeRL's timing_s timers), stacked to "
+        "100% per step, phases in execution order; the hatched grey 'other (not timed)' is the "
+        "step's time no phase timer covers. Dots (right axis): step time in s; beyond 40 steps, "
+        "bars pool bins of consecutive steps and the dots are the bin's median with p10–p90."
+    ),
+}
 
 
 def caption_for(stem: str) -> str:
-    """The caption of the figure saved as ``stem`` (.png/.svg), or "" when it has none yet."""
-    return FIGURE_CAPTIONS.get(stem, "")
+    """The caption of the figure saved as ``stem`` (.png/.svg), or "" when it has none."""
+    if stem in FIGURE_CAPTIONS:
+        return FIGURE_CAPTIONS[stem]
+    from analysis.aggregate.steps import STEP_METRICS
+
+    metric = stem.removeprefix("compare_")
+    if stem.startswith("compare_") and metric in STEP_METRICS:
+        from analysis.render.compare_figures import compare_caption  # imports matplotlib
+
+        return compare_caption(metric)
+    return ""

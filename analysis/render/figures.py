@@ -6,18 +6,21 @@ that lacks its data (no GPU work, no power samples) writes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import matplotlib
 
 matplotlib.use("Agg")  # headless: clusters and CI have no display
 import matplotlib.pyplot as plt
 import polars as pl
+from matplotlib.axes import Axes
+from matplotlib.colors import to_rgba
+from matplotlib.patches import Patch
 
 from analysis.aggregate.step_stack import OTHER, step_phases, step_stack
-from analysis.model import WINDOW, Analysis
+from analysis.model import Analysis
 from analysis.normalize.devices import device_label
 from analysis.render.files import atomic_write
 from nvtx_phases.naming import phase_color
@@ -35,27 +38,89 @@ def _total(data: pl.DataFrame, *columns: str) -> float:
     return sum(cast(float, data[column].sum()) for column in columns)
 
 
-def _phase_order(data: pl.DataFrame) -> list[str]:
-    return (
-        data.group_by("canonical")
-        .agg(pl.col("start_ns").min())
-        .sort("start_ns")["canonical"]
-        .to_list()
-    )
-
-
 _METADATA: dict[str, dict[str, str | None]] = {"png": {}, "svg": {"Date": None}}
+DPI = 200
+#: Every phase figure's canvas (inches), whatever the number of steps, phases and GPUs.
+CANVAS = (8.0, 4.0)
+#: Beyond this many GPUs, ``energy_per_phase_device`` draws the median over GPUs, not one bar each.
+MAX_GPU_BARS = 8
+#: Hatches telling up to ``MAX_GPU_BARS`` GPUs apart (colour is the phase's).
+#: Mostly line hatches: dense dot and circle hatches make SVGs of megabytes.
+_GPU_HATCHES = ("", "////", "\\\\\\\\", "xx", "---", "|||", "++", "..")
+_TIME_UNITS = ((3600e9, "h"), (1e9, "s"), (1e6, "ms"))
+_BYTE_UNITS = ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1.0, "B"))
+_ENERGY_UNITS = ((1e6, "MJ"), (1e3, "kJ"), (1.0, "J"))
+_QS = (0.1, 0.5, 0.9)  # p10, median, p90
 
 
 def save_figure(fig: plt.Figure, out: Path, stem: str) -> list[Path]:
-    """Write ``fig`` as ``stem``.png and .svg under ``out`` (atomically) and close it."""
+    """Write ``fig`` as ``stem``.png (at :data:`DPI`) and .svg under ``out`` (atomically); close it."""
 
     def writer(ext: str) -> Callable[[Path], None]:
-        return lambda p: fig.savefig(p, format=ext, dpi=150, metadata=_METADATA[ext])
+        return lambda p: fig.savefig(p, format=ext, dpi=DPI, metadata=_METADATA[ext])
 
     paths = [atomic_write(out / f"{stem}.{ext}", writer(ext)) for ext in ("png", "svg")]
     plt.close(fig)
     return paths
+
+
+def _unit(largest: float, units: tuple[tuple[float, str], ...]) -> tuple[float, str]:
+    """The largest unit ``(factor, name)`` in which ``largest`` is at least 1 (else the smallest)."""
+    return next(((f, u) for f, u in units if largest >= f), units[-1])
+
+
+def _max(*series: pl.Series) -> float:
+    """The largest value in ``series`` (0 when all are empty or null)."""
+    return max(float(cast(float, s.max() or 0.0)) for s in series)
+
+
+def _light(colors: list[str]) -> dict[str, Any]:
+    """Bar style of a phase's secondary quantity (idle, energy, memcpy): light, hatched fill."""
+    faces = [to_rgba(c, 0.3) for c in colors]
+    return {"color": faces, "edgecolor": colors, "hatch": "////", "linewidth": 0.6}
+
+
+def _key(label: str, light: bool = False, hatch: str = "") -> Patch:
+    """A legend entry for a bar style, in grey (the bars take each phase's colour)."""
+    if light:
+        return Patch(label=label, facecolor="#66666650", edgecolor="#666666", hatch="////")
+    return Patch(label=label, facecolor="#999999", hatch=hatch, edgecolor="white", linewidth=0.3)
+
+
+def _whisker(ax: Axes, x: Sequence[float], low_mid_high: list[list[float]], label: str) -> Any:
+    """A p10–p90 whisker around each median (an errorbar: no line joins the phases)."""
+    low, mid, high = low_mid_high
+    spread = [[m - v for m, v in zip(mid, low, strict=True)]]
+    spread.append([v - m for m, v in zip(mid, high, strict=True)])
+    style: dict[str, Any] = {"fmt": "none", "ecolor": "#333333", "elinewidth": 0.8, "capsize": 2}
+    return ax.errorbar(x, mid, spread, label=label, **style)
+
+
+def _phase_axis(ax: Axes, names: list[str]) -> None:
+    """Phases on x in the given (execution) order; ticks slanted, long names cut in the middle."""
+    short = [n if len(n) <= 22 else f"{n[:10]}…{n[-11:]}" for n in names]
+    ax.set_xticks(range(len(names)), short, rotation=30, ha="right", rotation_mode="anchor")
+    ax.tick_params(axis="x", labelsize=8 if len(names) <= 10 else 6)
+    ax.set_xlim(-0.6, len(names) - 0.4)
+    ax.set_xlabel("phase (in execution order)")
+
+
+def _finish(
+    fig: plt.Figure, ax: Axes, keys: list[Any], out: Path, stem: str, title: str = "colour: phase"
+) -> list[Path]:
+    """Legend outside the data, right of the axes (as ``phase_time_per_step``); lay out; save."""
+    style: dict[str, Any] = {"loc": "upper left", "frameon": False, "alignment": "left"}
+    ax.legend(
+        handles=keys, bbox_to_anchor=(1.01, 1.0), title=title, fontsize=8, title_fontsize=8, **style
+    )
+    fig.tight_layout()
+    return save_figure(fig, out, stem)
+
+
+def _per_phase(data: pl.DataFrame, *columns: str) -> pl.DataFrame:
+    """``columns`` summed over steps per phase, phases in execution order."""
+    sums = (pl.col(c).sum() for c in columns)
+    return data.group_by("canonical").agg(*sums, pl.col("start_ns").min()).sort("start_ns")
 
 
 def phase_time_per_step(phases: pl.DataFrame, out: Path) -> list[Path]:
@@ -68,7 +133,7 @@ def phase_time_per_step(phases: pl.DataFrame, out: Path) -> list[Path]:
         return []
     bars = stack.select("bar", "first_step").unique().sort("first_step")["bar"].to_list()
     binned = len(bars) < stack["first_step"].n_unique() or any("–" in b for b in bars)
-    order = [n for n in _phase_order(step_phases(phases)) if n != OTHER]
+    order = [n for n in _per_phase(step_phases(phases))["canonical"] if n != OTHER]
     if OTHER in stack["canonical"].to_list():
         order.append(OTHER)
     fig, ax = plt.subplots(figsize=(8, 4))
@@ -99,120 +164,105 @@ def phase_time_per_step(phases: pl.DataFrame, out: Path) -> list[Path]:
 
 
 def busy_idle_per_phase(phases: pl.DataFrame, out: Path) -> list[Path]:
-    """Bars: GPU busy vs idle time per phase, summed over steps and devices."""
+    """Stacked bars per phase: GPU busy (phase colour) and idle (light, hatched), all steps and GPUs.
+
+    A fixed canvas whatever the number of steps, phases and GPUs; phases in execution order.
+    """
     data = step_phases(phases)
     if data.is_empty() or _total(data, "gpu_busy_ns", "idle_ns") == 0:
         return []
-    per_phase = (
-        data.group_by("canonical")
-        .agg(pl.col("gpu_busy_ns").sum(), pl.col("idle_ns").sum(), pl.col("start_ns").min())
-        .sort("start_ns")
-    )
+    per_phase = _per_phase(data, "gpu_busy_ns", "idle_ns")
     names = per_phase["canonical"].to_list()
-    busy = (per_phase["gpu_busy_ns"] / 1e6).to_list()
-    idle = (per_phase["idle_ns"] / 1e6).to_list()
-    fig, ax = plt.subplots(figsize=(max(5, 0.8 * len(names) + 2), 4))
-    ax.bar(names, busy, label="GPU busy", color="#4C72B0")
-    ax.bar(names, idle, bottom=busy, label="GPU idle", color="#DDDDDD")
-    ax.set_ylabel("GPU time, all devices (ms)")
-    ax.set_title("GPU busy vs idle per phase (all steps)")
-    ax.tick_params(axis="x", rotation=30)
-    ax.legend(frameon=False)
-    fig.tight_layout()
-    return save_figure(fig, out, "busy_idle_per_phase")
+    colors = [_color(n) for n in names]
+    factor, unit = _unit(_max(per_phase["gpu_busy_ns"] + per_phase["idle_ns"]), _TIME_UNITS)
+    busy = (per_phase["gpu_busy_ns"] / factor).to_list()
+    x = list(range(len(names)))
+    fig, ax = plt.subplots(figsize=CANVAS)
+    ax.bar(x, busy, 0.7, color=colors, edgecolor="white", linewidth=0.3)
+    ax.bar(x, (per_phase["idle_ns"] / factor).to_list(), 0.7, bottom=busy, **_light(colors))
+    _phase_axis(ax, names)
+    ax.set_ylabel(f"GPU time, all GPUs and steps ({unit})")
+    ax.set_title("GPU busy vs idle per phase")
+    keys = [_key("GPU busy"), _key("GPU idle", light=True)]
+    return _finish(fig, ax, keys, out, "busy_idle_per_phase")
 
 
 def phase_share(phases: pl.DataFrame, out: Path) -> list[Path]:
-    """Per phase: median share of step time, and of step energy when measured."""
+    """Per phase: median share of step time, and of step energy when measured (light, hatched).
+
+    Whiskers: p10–p90 over steps. Fixed canvas; phases in execution order, in their colours.
+    """
     data = step_phases(phases)
     if data.is_empty():
         return []
     shares = data.with_columns(
-        (pl.col("wall_ns") / pl.col("wall_ns").sum().over("step") * 100).alias("time_pct"),
-        (pl.col("energy_j") / pl.col("energy_j").sum().over("step") * 100).alias("energy_pct"),
+        (pl.col("wall_ns") / pl.col("wall_ns").sum().over("step") * 100).alias("time"),
+        (pl.col("energy_j") / pl.col("energy_j").sum().over("step") * 100).alias("energy"),
     )
-    median = (
+    stats = (
         shares.group_by("canonical")
         .agg(
-            pl.col("time_pct").median(),
-            pl.col("energy_pct").median(),
+            *(
+                pl.col(c).quantile(q, "linear").alias(f"{c}{q}")
+                for c in ("time", "energy")
+                for q in _QS
+            ),
             pl.col("start_ns").min(),
             pl.col("has_energy").any(),
         )
         .sort("start_ns")
+        .fill_null(0.0)
     )
-    names = median["canonical"].to_list()
-    x = range(len(names))
-    has_energy = bool(median["has_energy"].any())
+    names = stats["canonical"].to_list()
+    colors = [_color(n) for n in names]
+    has_energy = bool(stats["has_energy"].any())
+    n_steps = data["step"].n_unique()
     width = 0.4 if has_energy else 0.7
-    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(names) + 2), 4))
-    ax.bar(
-        [i - width / 2 if has_energy else i for i in x],
-        median["time_pct"].to_list(),
-        width,
-        label="time",
-        color="#4C72B0",
-    )
+    fig, ax = plt.subplots(figsize=CANVAS)
+    keys: list[Any] = [_key("time share")]
+    bars = [("time", -width / 2 if has_energy else 0.0, {"color": colors, "edgecolor": "white"})]
     if has_energy:
-        ax.bar(
-            [i + width / 2 for i in x],
-            median["energy_pct"].fill_null(0).to_list(),
-            width,
-            label="energy",
-            color="#DD8452",
-        )
-    ax.set_xticks(list(x), names, rotation=30)
-    ax.set_ylabel("share of step (%, median over steps)")
-    ax.set_title("Where a step's time" + (" and energy" if has_energy else "") + " go")
-    ax.legend(frameon=False)
-    fig.tight_layout()
-    return save_figure(fig, out, "phase_share")
+        keys.append(_key("energy share", light=True))
+        bars.append(("energy", width / 2, _light(colors)))
+    for quantity, shift, style in bars:
+        x = [i + shift for i in range(len(names))]
+        qs = [stats[f"{quantity}{q}"].to_list() for q in _QS]
+        ax.bar(x, qs[1], width, **style)  # type: ignore[arg-type]
+        whisker = _whisker(ax, x, qs, "p10–p90 over steps") if n_steps > 1 else None
+    _phase_axis(ax, names)
+    ax.set_ylabel("share of step (%)")
+    what = "time and energy" if has_energy else "time"
+    ax.set_title(f"Share of a step's {what} per phase (median over {n_steps} steps)")
+    return _finish(fig, ax, [*keys, *([whisker] if whisker else [])], out, "phase_share")
 
 
 def data_movement_per_phase(phases: pl.DataFrame, out: Path) -> list[Path]:
-    """Per phase: NCCL and memcpy time (bars) and bytes copied (line), summed over steps."""
+    """Per phase, summed over steps and GPUs: NCCL and memcpy time (top), memcpy bytes (bottom).
+
+    Bars only (phases are categories: no line joins them); fixed canvas; execution order.
+    """
     data = step_phases(phases)
     if data.is_empty() or _total(data, "nccl_ns", "memcpy_ns") == 0:
         return []
-    per_phase = (
-        data.group_by("canonical")
-        .agg(
-            pl.col("nccl_ns").sum(),
-            pl.col("memcpy_ns").sum(),
-            pl.col("memcpy_bytes").sum(),
-            pl.col("start_ns").min(),
-        )
-        .sort("start_ns")
-    )
+    per_phase = _per_phase(data, "nccl_ns", "memcpy_ns", "memcpy_bytes")
     names = per_phase["canonical"].to_list()
+    colors = [_color(n) for n in names]
     x = list(range(len(names)))
-    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(names) + 2), 4))
-    ax.bar(
-        [i - 0.2 for i in x],
-        (per_phase["nccl_ns"] / 1e6).to_list(),
-        0.4,
-        label="NCCL kernels",
-        color="#C44E52",
-    )
-    ax.bar(
-        [i + 0.2 for i in x],
-        (per_phase["memcpy_ns"] / 1e6).to_list(),
-        0.4,
-        label="memcpy",
-        color="#8172B2",
-    )
-    ax.set_ylabel("time, all devices (ms)")
-    ax.set_xticks(x, names, rotation=30)
-    twin = ax.twinx()
-    twin.plot(
-        x, (per_phase["memcpy_bytes"] / 1e6).to_list(), "o-", color="#555555", label="memcpy MB"
-    )
-    twin.set_ylabel("memcpy (MB)")
-    ax.set_title("Data movement per phase (all steps)")
-    handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
-    ax.legend(handles, [str(h.get_label()) for h in handles], frameon=False, fontsize=8)
-    fig.tight_layout()
-    return save_figure(fig, out, "data_movement_per_phase")
+    tf, time_unit = _unit(_max(per_phase["nccl_ns"], per_phase["memcpy_ns"]), _TIME_UNITS)
+    bf, byte_unit = _unit(_max(per_phase["memcpy_bytes"]), _BYTE_UNITS)
+    fig, (top, low) = plt.subplots(2, 1, figsize=CANVAS, sharex=True, height_ratios=(3, 2))
+    nccl = (per_phase["nccl_ns"] / tf).to_list()
+    top.bar([i - 0.2 for i in x], nccl, 0.4, color=colors, edgecolor="white", linewidth=0.3)
+    memcpy = (per_phase["memcpy_ns"] / tf).to_list()
+    top.bar([i + 0.2 for i in x], memcpy, 0.4, **_light(colors))
+    top.set_ylabel(f"time, all GPUs\nand steps ({time_unit})")
+    top.set_title("Data movement per phase")
+    low.bar(x, (per_phase["memcpy_bytes"] / bf).to_list(), 0.4, **_light(colors))
+    low.set_ylabel(f"memcpy bytes\n({byte_unit})")
+    _phase_axis(low, names)
+    fig.align_ylabels([top, low])
+    keys = [_key("NCCL kernels"), _key("memcpy", light=True)]
+    return _finish(fig, top, keys, out, "data_movement_per_phase")
 
 
 def execution_order(phases: pl.DataFrame) -> list[str]:
@@ -225,12 +275,40 @@ def execution_order(phases: pl.DataFrame) -> list[str]:
     )
 
 
+def _energy_bars(ax: Axes, per: pl.DataFrame, names: list[str], factor: float) -> list[Any]:
+    """Per-GPU bars (told apart by hatch), or medians over GPUs past ``MAX_GPU_BARS``: keys."""
+    colors = [_color(n.split("/", 1)[1]) for n in names]
+    devices = sorted(per["device"].unique().to_list())
+    if len(devices) > MAX_GPU_BARS:
+        stats = per.group_by("path").agg(
+            pl.col("energy_j").quantile(q, "linear").alias(str(q)) for q in _QS
+        )
+        by_path = {r[0]: r[1:] for r in stats.select("path", *map(str, _QS)).iter_rows()}
+        qs = [[by_path[n][k] / factor for n in names] for k in range(3)]
+        ax.bar(range(len(names)), qs[1], 0.7, color=colors, edgecolor="white", linewidth=0.3)
+        whisker = _whisker(ax, range(len(names)), qs, "p10–p90 over GPUs")
+        return [_key(f"median over {len(devices)} GPUs"), whisker]
+    width = 0.8 / len(devices)
+    keys: list[Any] = []
+    for k, (device, hatch) in enumerate(zip(devices, _GPU_HATCHES, strict=False)):
+        values = dict(per.filter(pl.col("device") == device).select("path", "energy_j").iter_rows())
+        x = [i - 0.4 + width * (k + 0.5) for i in range(len(names))]
+        heights = [values.get(n, 0.0) / factor for n in names]
+        ax.bar(x, heights, width, color=colors, hatch=hatch, edgecolor="white", linewidth=0.3)
+        keys.append(_key(device_label(device), hatch=hatch))
+    return keys
+
+
 def energy_per_phase_device(
     phase_devices: pl.DataFrame, out: Path, order: list[str] | None = None
 ) -> list[Path]:
-    """Grouped bars: energy of each phase on each GPU, summed over steps.
+    """Energy of each phase per GPU, all steps: a bar per GPU, or the median with p10–p90.
 
-    Phases in ``order`` (execution order, from :func:`execution_order`); others after, by name.
+    One bar per GPU (told apart by hatch) up to :data:`MAX_GPU_BARS` GPUs, else per phase the
+    median over GPUs with a p10–p90 whisker.
+
+    Fixed canvas; phases in ``order`` (execution order, from :func:`execution_order`), others
+    after, by name; each in its phase colour.
     """
     if "energy_j" not in phase_devices.columns:
         return []
@@ -245,69 +323,29 @@ def energy_per_phase_device(
     present = set(per["path"].to_list())
     ranked = [n for n in (order or []) if n in present]
     names: list[str] = ranked + sorted(present - set(ranked))
-    devices = sorted(per["device"].unique().to_list())
-    width = 0.8 / len(devices)
-    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(names) + 2), 4))
-    for k, device in enumerate(devices):
-        values = dict(per.filter(pl.col("device") == device).select("path", "energy_j").iter_rows())
-        ax.bar(
-            [i - 0.4 + width * (k + 0.5) for i in range(len(names))],
-            [values.get(n, 0.0) for n in names],
-            width,
-            label=device_label(device),
-        )
-    ax.set_xticks(range(len(names)), [n.split("/", 1)[1] for n in names], rotation=30)
-    ax.set_ylabel("energy (J, all steps)")
+    factor, unit = _unit(_max(per["energy_j"]), _ENERGY_UNITS)
+    fig, ax = plt.subplots(figsize=CANVAS)
+    keys = _energy_bars(ax, per, names, factor)
+    _phase_axis(ax, [n.split("/", 1)[1] for n in names])
+    ax.set_ylabel(f"energy per GPU, all steps ({unit})")
     ax.set_title("Energy per phase per GPU")
-    ax.legend(frameon=False, fontsize=8)
-    fig.tight_layout()
-    return save_figure(fig, out, "energy_per_phase_device")
-
-
-def power_timeline(phases: pl.DataFrame, samples: pl.DataFrame | None, out: Path) -> list[Path]:
-    """Power per GPU over time, with driver phases as bands and phase boundaries as markers."""
-    if samples is None or samples.is_empty():
-        return []
-    bands = phases.filter(
-        pl.col("path").str.starts_with("step/")
-        & (pl.col("path").str.count_matches("/") == 1)
-        & (pl.col("attribution") == WINDOW)
-    ).select("canonical", "start_ns", "end_ns")
-    devices = sorted(samples["device"].unique().to_list())
-    fig, axes = plt.subplots(
-        len(devices), 1, figsize=(10, 1.8 * len(devices) + 1), sharex=True, squeeze=False
+    title = (
+        "colour: phase" if per["device"].n_unique() > MAX_GPU_BARS else "GPU (hatch); colour: phase"
     )
-    seen: set[str] = set()
-    for ax, device in zip(axes[:, 0], devices, strict=True):
-        for name, start, end in bands.iter_rows():
-            ax.axvspan(
-                start / 1e6,
-                end / 1e6,
-                color=_color(name),
-                alpha=0.18,
-                lw=0,
-                label=None if name in seen else name,
-            )
-            ax.axvline(start / 1e6, color="#999999", lw=0.4)
-            seen.add(name)
-        series = samples.filter(pl.col("device") == device).sort("t_ns")
-        ax.plot(
-            (series["t_ns"] / 1e6).to_list(), series["power_w"].to_list(), color="#222222", lw=0.8
-        )
-        ax.set_ylabel(f"{device_label(device)}\nW", fontsize=8)
-    axes[-1, 0].set_xlabel("time (ms, run clock)")
-    axes[0, 0].set_title("GPU power with phases")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.tight_layout(rect=(0, 0.08 if handles else 0, 1, 1))
-    if handles:
-        fig.legend(
-            handles, labels, loc="lower center", fontsize=7, frameon=False, ncol=min(8, len(labels))
-        )
-    return save_figure(fig, out, "power_timeline")
+    return _finish(fig, ax, keys, out, "energy_per_phase_device", title)
 
 
-def write_figures(analysis: Analysis, out: str | Path) -> list[Path]:
-    """Every figure the analysis has data for, PNG and SVG, under ``out``."""
+def write_figures(
+    analysis: Analysis, out: str | Path, *, detail_steps: str | None = None
+) -> list[Path]:
+    """Every figure the analysis has data for, PNG and SVG, under ``out``.
+
+    ``detail_steps``: the steps of ``power_timeline_detail`` (a ``--steps`` spec; default: the
+    median-duration and the longest step); see :mod:`analysis.render.power_figure`.
+    """
+    # imported here: power_figure uses this module's save_figure
+    from analysis.render.power_figure import power_timeline, power_timeline_detail
+
     out = Path(out)
     phases = analysis.phases
     return [
@@ -317,4 +355,5 @@ def write_figures(analysis: Analysis, out: str | Path) -> list[Path]:
         *data_movement_per_phase(phases, out),
         *energy_per_phase_device(analysis.phase_devices, out, execution_order(phases)),
         *power_timeline(phases, analysis.power_samples, out),
+        *power_timeline_detail(phases, analysis.power_samples, analysis.steps, out, detail_steps),
     ]

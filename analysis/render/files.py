@@ -56,6 +56,7 @@ _FIGURE_STEMS = (
     "data_movement_per_phase",
     "energy_per_phase_device",
     "power_timeline",
+    "power_timeline_detail",
     "length_cdf",
     "length_heatmap",
     "straggler_timeline",

@@ -23,6 +23,10 @@ RUN_HEADERS = (
     "run %",
     "energy saving",
 )
+#: beyond this many steps the figure draws bins of consecutive steps (their median), not each step
+MAX_POINTS = 40
+#: the figure's canvas (inches), whatever the number of steps and bounds
+CANVAS = (8.0, 4.0)
 
 
 def format_seconds(value: float | None) -> str:
@@ -106,8 +110,39 @@ def whatif_markdown(run: pl.DataFrame, source: str) -> str:
     return "\n".join(lines)
 
 
-def whatif_figure(table: pl.DataFrame, out: Path) -> list[Path]:
-    """Measured step time and each step-level bound, per step (``whatif_per_step``)."""
+def _binned(steps: pl.DataFrame, max_points: int) -> pl.DataFrame:
+    """``steps`` with ``x``: the step, or past ``max_points`` steps the mean step of its bin."""
+    order = steps.select(pl.col("step").unique().sort())
+    n = order.height
+    if n <= max_points:
+        return steps.with_columns(pl.col("step").cast(pl.Float64).alias("x"))
+    # the k-th step goes to bin k * max_points // n: consecutive, sizes differing by at most one
+    bins = order.with_row_index("_k").select(
+        "step", (pl.col("_k").cast(pl.Int64) * max_points // n).alias("_bin")
+    )
+    centre = bins.group_by("_bin").agg(pl.col("step").mean().cast(pl.Float64).alias("x"))
+    return steps.join(bins, on="step").join(centre, on="_bin").drop("_bin")
+
+
+def _quantiles(frame: pl.DataFrame, column: str, *keys: str) -> pl.DataFrame:
+    """Median, p10 and p90 of ``column`` per ``x`` (and ``keys``), sorted by ``x``."""
+    return (
+        frame.group_by("x", *keys)
+        .agg(
+            pl.col(column).median().alias("mid"),
+            pl.col(column).quantile(0.1, "linear").alias("low"),
+            pl.col(column).quantile(0.9, "linear").alias("high"),
+        )
+        .sort("x")
+    )
+
+
+def whatif_figure(table: pl.DataFrame, out: Path, *, max_points: int = MAX_POINTS) -> list[Path]:
+    """Measured step time and each step-level bound, per step (``whatif_per_step``).
+
+    A fixed :data:`CANVAS`; past ``max_points`` steps, the median over bins of consecutive steps
+    with the measured time's p10–p90 band. Legend outside the axes, on the right.
+    """
     from matplotlib.ticker import MaxNLocator
 
     from analysis.render.figures import plt, save_figure  # matplotlib only when drawing
@@ -118,18 +153,43 @@ def whatif_figure(table: pl.DataFrame, out: Path) -> list[Path]:
     )
     if steps.is_empty():
         return []
-    fig, ax = plt.subplots(figsize=(7, 4))
-    measured = steps.group_by("step").agg(pl.col("measured_s").first()).sort("step")
-    ax.plot(measured["step"], measured["measured_s"], "k-o", label="measured", linewidth=2)
-    for (bound, variant), rows in steps.group_by("bound", "variant", maintain_order=True):
-        rows = rows.sort("step")
-        ax.plot(rows["step"], rows["bound_s"], marker=".", label=f"{bound} / {variant}")
+    points = _binned(steps, max_points)
+    n_steps = steps["step"].n_unique()
+    binned = n_steps > max_points
+    fig, ax = plt.subplots(figsize=CANVAS)
+    measured = _quantiles(
+        points.group_by("step", "x").agg(pl.col("measured_s").first()), "measured_s"
+    )
+    marker = "" if binned else "o"
+    ax.plot(measured["x"], measured["mid"], color="black", marker=marker, lw=2, label="measured")
+    if binned:
+        ax.fill_between(
+            measured["x"],
+            measured["low"],
+            measured["high"],
+            color="#999999",
+            alpha=0.3,
+            lw=0,
+            label="measured, p10–p90\nover the bin's steps",
+        )
+    bounds = _quantiles(points, "bound_s", "bound", "variant")
+    keys = steps.select("bound", "variant").unique(maintain_order=True).iter_rows()
+    for k, (bound, variant) in enumerate(keys):
+        rows = bounds.filter((pl.col("bound") == bound) & (pl.col("variant") == variant))
+        ax.plot(
+            rows["x"],
+            rows["mid"],
+            marker="" if binned else ".",
+            color=f"C{k % 10}",
+            lw=1.2,
+            label=f"{bound} / {variant}",
+        )
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("step")
+    ax.set_xlabel(f"step (median per bin of ~{n_steps // max_points} steps)" if binned else "step")
     ax.set_ylabel("step time (s)")
     ax.set_ylim(bottom=0)
-    ax.set_title("What-if: step time under each bound")
-    ax.legend(frameon=False, fontsize=7)
+    ax.set_title(f"What-if: step time under each bound ({n_steps} steps)", fontsize=10)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=7)
     fig.tight_layout()
     return save_figure(fig, out, "whatif_per_step")
 

@@ -1,0 +1,161 @@
+"""Figure captions: every figure the tool writes has one, and the report shows it under the figure.
+Also the canvas and legends of the what-if and power-envelope figures at few and many steps/GPUs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from nvtxp_testkit import SAMPLES
+from PIL import Image
+from typer.testing import CliRunner
+
+import analysis.render.figures as figures
+from analysis.aggregate.steps import STEP_METRICS
+from analysis.cli import app
+from analysis.render.captions import FIGURE_CAPTIONS, VERL_LOGS_CAPTIONS, caption_for
+from analysis.render.compare_figures import compare_caption
+from analysis.render.envelope import power_envelope_figure
+from analysis.render.files import _FIGURE_STEMS
+from analysis.render.report_html import escape_html
+from analysis.render.whatif import whatif_figure
+
+SAMPLE = SAMPLES / "grpo_synthetic.sqlite"
+#: stems written outside ``_FIGURE_STEMS``: the power envelope (analyze) and what-if (whatif)
+OTHER_STEMS = ("power_envelope", "whatif_per_step")
+
+
+@pytest.mark.parametrize("stem", [*_FIGURE_STEMS, *OTHER_STEMS])
+def test_every_figure_has_a_caption(stem):
+    text = caption_for(stem)
+    assert text == FIGURE_CAPTIONS[stem]
+    assert 40 < len(text) < 600 and text.endswith(".")
+    assert 1 <= text.count(". ") + 1 <= 4  # 1–3 sentences (an abbreviation may add one)
+
+
+def test_captions_cover_exactly_the_known_figures():
+    assert set(FIGURE_CAPTIONS) == {*_FIGURE_STEMS, *OTHER_STEMS}
+    assert set(VERL_LOGS_CAPTIONS) == {"phase_share"}
+    assert caption_for("no_such_figure") == ""
+    assert caption_for("compare_no_such_metric") == ""
+
+
+@pytest.mark.parametrize("metric", list(STEP_METRICS))
+def test_compare_figures_get_compare_caption(metric):
+    assert caption_for(f"compare_{metric}") == compare_caption(metric)
+    assert caption_for(f"compare_{metric}") != ""
+
+
+def test_report_shows_each_caption_under_its_figure(tmp_path):
+    out = tmp_path / "tmp"
+    result = runner().invoke(app, ["report", str(SAMPLE), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    page = (out / "report.html").read_text(encoding="utf-8")
+    shown = re.findall(
+        r'<figure [^>]*><img alt="([^"]+)"[^>]*><figcaption>(.*?)</figcaption>', page
+    )
+    stems = [stem for stem, _ in shown]
+    written = sorted(p.stem for p in (out / "figures").glob("*.png"))
+    assert sorted(stems) == written
+    assert {"phase_time_per_step", "power_envelope", "straggler_timeline"} <= set(stems)
+    for stem, text in shown:
+        title = stem.replace("_", " ")
+        assert text == f"<b>{title}</b>: {escape_html(FIGURE_CAPTIONS[stem])}"
+    assert "&#x27;other (no phase)&#x27;" in page  # quotes in a caption are escaped
+
+
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+def _capture(monkeypatch) -> list:
+    """Keep each figure ``save_figure`` is given (it is still saved and closed)."""
+    kept: list = []
+    real = figures.save_figure
+
+    def save(fig, out: Path, stem: str):
+        kept.append(fig)
+        return real(fig, out, stem)
+
+    monkeypatch.setattr(figures, "save_figure", save)
+    return kept
+
+
+def _whatif_table(n_steps: int) -> pl.DataFrame:
+    rows = []
+    for step in range(1, n_steps + 1):
+        measured = 10.0 + step % 3
+        for bound, variant, bound_s in (
+            ("overlap_gen_train", "separate_gpus", 6.0),
+            ("no_transitions", "between_phases", measured - 0.5),
+            ("balanced_dp", "gen", 1.0),  # a phase row: not drawn
+        ):
+            rows.append((step, bound, variant, measured, bound_s))
+    return pl.DataFrame(
+        rows, schema=["step", "bound", "variant", "measured_s", "bound_s"], orient="row"
+    )
+
+
+@pytest.mark.parametrize(("n_steps", "points"), [(3, 3), (1000, 40)])
+def test_whatif_figure_fixed_canvas_binned_legend_outside(tmp_path, monkeypatch, n_steps, points):
+    kept = _capture(monkeypatch)
+    paths = whatif_figure(_whatif_table(n_steps), tmp_path)
+    assert [p.name for p in paths] == ["whatif_per_step.png", "whatif_per_step.svg"]
+    assert Image.open(paths[0]).size == (1600, 800)
+    (ax,) = kept[0].axes
+    lines = {line.get_label(): len(line.get_xdata()) for line in ax.get_lines()}
+    assert lines == {
+        "measured": points,
+        "overlap_gen_train / separate_gpus": points,
+        "no_transitions / between_phases": points,
+    }
+    legend = ax.get_legend()
+    labels = [t.get_text() for t in legend.get_texts()]
+    band = ["measured, p10–p90\nover the bin's steps"] if n_steps > 40 else []
+    assert labels == ["measured", *band, *list(lines)[1:]]
+    renderer = FigureCanvasAgg(kept[0]).get_renderer()
+    assert legend.get_window_extent(renderer).x0 > ax.get_window_extent(renderer).x1
+    assert ax.get_ylabel() == "step time (s)"
+
+
+def _envelope(n_gpus: int, n_phases: int) -> pl.DataFrame:
+    base = {"n_gpus": 1, "n_ranges": 3, "n_samples": 50, "few_samples": False}
+    rows = []
+    for i in range(n_phases):
+        watts = {"p50_w": 100.0 + i, "p95_w": 120.0 + i, "max_w": 130.0 + i}
+        for d in range(n_gpus):
+            rows.append({"scope": "gpu", "path": f"step/p{i}", "device": f"{d}", **base, **watts})
+        rows.append(
+            {"scope": "node", "path": f"step/p{i}", "host": "h", **base, **watts}
+            | {"energy_share_pct": 5.0, "ramp_w_per_ms": 2.0, "ramp_max_w_per_ms": 3.0}
+        )
+    frame = pl.DataFrame(rows, infer_schema_length=None)
+    return frame.with_columns(
+        pl.lit("energy_counter").alias("power_from"), pl.lit(0.3).alias("ramp_window_ms")
+    )
+
+
+@pytest.mark.parametrize(("n_gpus", "n_phases"), [(2, 3), (16, 30)])
+def test_power_envelope_fixed_canvas_gpus_capped(tmp_path, monkeypatch, n_gpus, n_phases):
+    kept = _capture(monkeypatch)
+    paths = power_envelope_figure(_envelope(n_gpus, n_phases), tmp_path)
+    assert Image.open(paths[0]).size == (1600, 1400)
+    gpu_ax = kept[0].axes[0]
+    labels = [t.get_text() for t in gpu_ax.get_legend().get_texts()]
+    if n_gpus > 8:
+        assert labels == ["median of 16 GPUs", "lowest p50 to\nhighest max"]
+    else:
+        assert labels == ["GPU 0", "GPU 1"]
+    renderer = FigureCanvasAgg(kept[0]).get_renderer()
+    legend = gpu_ax.get_legend().get_window_extent(renderer)
+    assert legend.x0 > gpu_ax.get_window_extent(renderer).x1
+    ticks = [t.get_text() for t in kept[0].axes[-1].get_xticklabels()]
+    assert ticks == [f"p{i}" for i in range(n_phases)]
+    assert [ax.get_ylabel() for ax in kept[0].axes] == [
+        "GPU power (W)",
+        "node power (W)",
+        "power ramp (W/ms)",
+    ]

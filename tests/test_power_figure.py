@@ -1,0 +1,158 @@
+"""The power figures: overview of the whole run and detail of chosen steps (power_figure)."""
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import polars as pl
+import pytest
+from matplotlib.collections import PolyCollection
+from nvtxp_testkit import SAMPLES
+from PIL import Image
+from typer.testing import CliRunner
+
+from analysis.cli import app
+from analysis.errors import InputError
+from analysis.render.power_figure import (
+    default_detail_steps,
+    detail_figure,
+    overview_figure,
+    power_timeline,
+    power_timeline_detail,
+    resolve_detail_steps,
+    step_windows,
+)
+
+PHASES = ("gen", "reward", "update_actor")
+MS = 1_000_000
+
+
+def _run(n_steps: int, n_gpus: int, step_ms: list[int] | None = None, interval_ns: int = MS):
+    """Phases, steps and power samples of a run: step k lasts ``step_ms[k-1]`` ms (default 30),
+    split evenly into three driver phases, 2 ms apart; one sample per ``interval_ns`` per GPU."""
+    step_ms = step_ms or [30] * n_steps
+    rows, steps, t = [], [], 0
+    for step, dur in enumerate(step_ms, start=1):
+        start, end = t, t + dur * MS
+        rows.append(("step", "step", step, start, end))
+        third = (end - start) // 3
+        for k, name in enumerate(PHASES):
+            rows.append((f"step/{name}", name, step, start + k * third, start + (k + 1) * third))
+        steps.append((step, start, end))
+        t = end + 2 * MS
+    phases = pl.DataFrame(
+        rows, schema=["path", "canonical", "step", "start_ns", "end_ns"], orient="row"
+    ).with_columns(attribution=pl.lit("window"))
+    steps_df = pl.DataFrame(steps, schema=["step", "step_start_ns", "step_end_ns"], orient="row")
+    times = pl.int_range(0, t, interval_ns, eager=True)
+    samples = pl.concat(
+        pl.DataFrame(
+            {"device": f"run:{g}", "t_ns": times, "power_w": 100.0 + 10 * g + (times // MS % 7)}
+        )
+        for g in range(n_gpus)
+    )
+    return phases, steps_df, samples
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    with Image.open(path) as image:
+        return image.size
+
+
+def test_same_canvas_at_3_and_600_steps(tmp_path):
+    sizes = set()
+    for n, gpus in ((3, 2), (600, 8)):
+        phases, steps, samples = _run(n, gpus)
+        out = tmp_path / str(n)
+        written = power_timeline(phases, samples, out)
+        written += power_timeline_detail(phases, samples, steps, out)
+        assert [p.name for p in written] == [
+            "power_timeline.png",
+            "power_timeline.svg",
+            "power_timeline_detail.png",
+            "power_timeline_detail.svg",
+        ]
+        sizes |= {
+            _png_size(out / "power_timeline.png"),
+            _png_size(out / "power_timeline_detail.png"),
+        }
+    assert sizes == {(1600, 900)}  # 8 x 4.5 in at 200 dpi
+
+
+@pytest.mark.parametrize("n_steps", [3, 600])
+def test_overview_has_one_line_per_gpu_and_one_ribbon_collection_per_phase(n_steps):
+    phases, _, samples = _run(n_steps, 8)
+    fig = overview_figure(phases, samples)
+    ribbon, ax = fig.axes[:2]
+    assert [line.get_label() for line in ax.get_lines()] == [f"GPU run:{g}" for g in range(8)]
+    assert len(ribbon.collections) == len(PHASES)
+    spans = [len(c.get_paths()) for c in ribbon.collections]
+    assert spans == [n_steps] * len(PHASES)  # every step's span, in one collection per phase
+    assert ax.get_ylabel() == "power (W)"
+    # 600 steps of 32 ms: 19.2 s of run clock, in seconds; 3 steps in ms
+    assert ax.get_xlabel() == ("time (s, run clock)" if n_steps == 600 else "time (ms, run clock)")
+    plt.close(fig)
+
+
+def test_overview_bins_whole_steps_past_the_sample_limit():
+    phases, _, samples = _run(600, 8, interval_ns=MS // 4)  # 76,800 samples per GPU
+    fig = overview_figure(phases, samples)
+    ax = fig.axes[1]
+    # 19.2 s in about 300 bins of 64 ms: bins of 3 whole 30 ms steps, 200 points per GPU line
+    assert {len(line.get_xdata()) for line in ax.get_lines()} == {200}
+    band = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert [c.get_label() for c in band] == ["min–max, all GPUs\n(lines: mean per 3 steps)"]
+    plt.close(fig)
+
+
+def test_detail_x_limits_cover_only_the_chosen_steps():
+    phases, steps, samples = _run(5, 2, step_ms=[30, 40, 50, 60, 70])
+    fig = detail_figure(phases, samples, steps, {2: "chosen", 4: "chosen"})
+    ribbons, panels = fig.axes[:2], fig.axes[2:]  # a row of ribbons over a row of panels
+    assert [tuple(ax.get_xlim()) for ax in panels] == [(0.0, 40.0), (0.0, 60.0)]
+    assert [tuple(ax.get_xlim()) for ax in ribbons] == [(0.0, 40.0), (0.0, 60.0)]
+    titles = sorted(ax.get_title() for ax in fig.axes if ax.get_title())
+    assert titles == ["step 2 (40 ms)", "step 4 (60 ms)"]
+    plt.close(fig)
+
+
+def test_default_detail_steps_are_the_median_and_the_longest():
+    _, steps, _ = _run(5, 1, step_ms=[10, 30, 20, 50, 40])
+    windows = step_windows(steps)
+    assert default_detail_steps(windows) == {2: "median duration", 4: "longest"}
+    _, even, _ = _run(4, 1, step_ms=[40, 10, 20, 30])
+    assert default_detail_steps(step_windows(even)) == {1: "longest", 3: "median duration"}
+    _, one, _ = _run(1, 1)
+    assert default_detail_steps(step_windows(one)) == {1: "median and longest"}
+
+
+def test_detail_steps_are_checked():
+    _, steps, _ = _run(5, 1)
+    windows = step_windows(steps)
+    assert resolve_detail_steps(windows, "2,4:5") == {2: "chosen", 4: "chosen", 5: "chosen"}
+    with pytest.raises(InputError) as missing:
+        resolve_detail_steps(windows, "2,9")
+    assert str(missing.value) == "--detail-steps '2,9': no step 9 (steps available: 1:5)"
+    with pytest.raises(InputError) as many:
+        resolve_detail_steps(windows, "1:5")
+    assert str(many.value).startswith("--detail-steps '1:5' chooses 5 steps; the detail shows at")
+    with pytest.raises(InputError) as bad:
+        resolve_detail_steps(windows, "x")
+    assert str(bad.value).startswith("--detail-steps 'x': 'x' is not a step N")
+
+
+def test_cli_names_a_missing_detail_step_and_writes_nothing(tmp_path):
+    out = tmp_path / "report"
+    result = CliRunner().invoke(
+        app,
+        [
+            "report",
+            str(SAMPLES / "grpo_synthetic.sqlite"),
+            "--out",
+            str(out),
+            "--detail-steps",
+            "2,7",
+        ],
+    )
+    assert result.exit_code == 2
+    assert "--detail-steps '2,7': no step 7 (steps available: 1:3)" in result.stderr
+    assert not out.exists()
