@@ -106,3 +106,15 @@ def test_straggler_rows_are_ranks_by_gpu_over_every_step(tmp_path, kept_figures)
     assert list(cells[3]) == [0.0] * 60 and list(cells[0]) == [30.0] * 60
     slowest, median = (line.get_ydata() for line in gen.lines)
     assert list(slowest) == [130.0] * 60 and list(median) == [115.0] * 60
+
+
+def test_heatmap_pools_steps_beyond_100_and_ticks_round_steps(tmp_path, kept_figures):
+    length_heatmap(_responses(1000), tmp_path / "many")
+    length_heatmap(_responses(21), tmp_path / "few")
+    many, few = (f.axes[0] for f in kept_figures)
+    assert many.collections[0].get_array().shape == (40, 100)
+    assert many.get_title() == "Response-length distribution over steps (1000 steps in 100 columns)"
+    assert [t.get_text() for t in many.get_xticklabels()] == [str(s) for s in range(100, 1001, 100)]
+    assert many.get_xlim() == (0, 1000)
+    assert few.collections[0].get_array().shape == (40, 21)
+    assert [t.get_text() for t in few.get_xticklabels()] == [str(s) for s in range(2, 21, 2)]

@@ -66,9 +66,10 @@ FIGURE_CAPTIONS: dict[str, str] = {
         "axis; the dashed line is the length cap (--cap)."
     ),
     "length_heatmap": (
-        "Response lengths over steps: each column is a step (x), each cell the share of that "
-        "step's responses whose length falls in a log-spaced length bin (y; colour bar on the "
-        "right). The line marks the length cap (--cap)."
+        "Response lengths over steps: each column is a step (beyond 100 steps, a group of "
+        "consecutive steps, said in the title), each cell the share of that column's responses "
+        "whose length falls in a log-spaced length bin (y; log colour bar on the right, so rare "
+        "long responses show). The dashed line marks the length cap (--cap)."
     ),
     "straggler_timeline": (
         "Rollout stragglers over all steps. Top: each rank/GPU's idle tail per step, the time "

@@ -13,6 +13,7 @@ import numpy as np
 import polars as pl
 from matplotlib.axes import Axes
 from matplotlib.colors import LogNorm
+from matplotlib.ticker import MaxNLocator
 
 from analysis.normalize.devices import device_label
 from analysis.render.figures import CANVAS, plt, save_figure
@@ -21,13 +22,22 @@ from analysis.render.figures import CANVAS, plt, save_figure
 STRAGGLER_CANVAS = (8.0, 4.5)
 #: Most x tick labels on a per-step axis.
 MAX_STEP_TICKS = 12
+#: Beyond this many steps, ``length_heatmap`` pools consecutive steps into this many columns.
+MAX_HEATMAP_COLUMNS = 100
 _CAP_STYLE: dict[str, Any] = {"color": "#C44E52", "linestyle": "--", "linewidth": 1.0}
 
 
 def _step_ticks(ax: Axes, steps: list[int]) -> None:
-    """Cell centres 0.5, 1.5, … labelled with their step, at most ``MAX_STEP_TICKS`` of them."""
-    every = max(1, -(-len(steps) // MAX_STEP_TICKS))
-    picks = list(range(0, len(steps), every))
+    """Cell centres 0.5, 1.5, … labelled with their step, at most ``MAX_STEP_TICKS`` of them.
+
+    Round step numbers (2, 4, … or 100, 200, …) where the steps hold them, else every k-th step.
+    """
+    where = {step: i for i, step in enumerate(steps)}
+    nice = MaxNLocator(MAX_STEP_TICKS, integer=True, steps=[1, 2, 5, 10])
+    ticks = np.asarray(nice.tick_values(steps[0], steps[-1])).astype(int)
+    picks = [where[s] for s in ticks.tolist() if s in where]
+    if len(steps) > 1 and len(picks) < 2:  # sparse, irregular step numbers
+        picks = list(range(0, len(steps), -(-len(steps) // MAX_STEP_TICKS)))
     ax.set_xticks([i + 0.5 for i in picks], [str(steps[i]) for i in picks], fontsize=7)
 
 
@@ -62,7 +72,10 @@ def length_cdf(
 def length_heatmap(
     responses: pl.DataFrame, out: Path, *, cap: int | None = None, bins: int = 40
 ) -> list[Path]:
-    """Share of responses per length bin (log-spaced, over the data's range) and step."""
+    """Share of responses per length bin (log-spaced, over the data's range) and step.
+
+    Beyond ``MAX_HEATMAP_COLUMNS`` steps a column pools consecutive steps' responses.
+    """
     if responses.is_empty():
         return []
     steps = sorted(responses["step"].unique().to_list())
@@ -71,23 +84,30 @@ def length_heatmap(
     if cap is not None:
         high = max(high, cap)
     edges = np.logspace(np.log10(low), np.log10(high + 1), bins + 1)
-    per_step = responses.partition_by("step", as_dict=True)
-    grid = np.zeros((bins, len(steps)))
-    for j, step in enumerate(steps):
-        counts, _ = np.histogram(per_step[(step,)]["output_len"].to_numpy(), bins=edges)
+    # steps[k] goes to column k * columns // len(steps): consecutive steps, near-equal sizes
+    columns = min(MAX_HEATMAP_COLUMNS, len(steps))
+    column_of = {step: k * columns // len(steps) for k, step in enumerate(steps)}
+    per_column = responses.with_columns(
+        pl.col("step").replace_strict(column_of, return_dtype=pl.Int64).alias("column")
+    ).partition_by("column", as_dict=True)
+    grid = np.zeros((bins, columns))
+    for j in range(columns):
+        counts, _ = np.histogram(per_column[(j,)]["output_len"].to_numpy(), bins=edges)
         grid[:, j] = counts / max(counts.sum(), 1)
+    # column j spans step positions from its first step, ceil(j * len(steps) / columns)
+    starts = [-(-j * len(steps) // columns) for j in range(columns)]
     fig, ax = plt.subplots(figsize=CANVAS)
     # log colors: the rare very long responses (the stragglers) must stay visible
     grid = np.where(grid > 0, grid, np.nan)
     norm = LogNorm(vmin=max(np.nanmin(grid), 1e-4), vmax=np.nanmax(grid))
     mesh = ax.pcolormesh(
-        np.arange(len(steps) + 1),
+        np.array([*starts, len(steps)]),
         edges,
         grid,
         cmap="viridis",
         shading="flat",
         norm=norm,
-        rasterized=len(steps) > 40,  # an SVG of 40,000 cells is megabytes
+        rasterized=columns > 40,  # an SVG of 4,000 cells is heavy
     )
     if cap is not None:
         ax.axhline(cap, label=f"cap {cap:,} tokens", **_CAP_STYLE)
@@ -95,11 +115,16 @@ def length_heatmap(
     ax.set_yscale("log")
     # room above the cap so its line does not sit on the frame
     ax.set_ylim(edges[0], edges[-1] * (1.25 if cap is not None else 1.0))
-    _step_ticks(ax, steps)
     ax.set_xlabel("step")
     ax.set_ylabel("response length (tokens, log scale)")
-    ax.set_title("Response-length distribution over steps")
-    fig.colorbar(mesh, ax=ax, label="share of the step's responses")
+    pooled = columns < len(steps)
+    ax.set_title(
+        "Response-length distribution over steps"
+        + (f" ({len(steps)} steps in {columns} columns)" if pooled else "")
+    )
+    _step_ticks(ax, steps)
+    ax.set_xlim(0, len(steps))
+    fig.colorbar(mesh, ax=ax, label=f"share of the {'column' if pooled else 'step'}'s responses")
     fig.tight_layout()
     return save_figure(fig, out, "length_heatmap")
 
