@@ -268,3 +268,15 @@ def test_sample_run_writes_power_envelope_csv(tmp_path):
     assert report.exit_code == 0, report.output
     assert (out / "power_envelope.csv").exists()
     assert "![power_envelope](figures/power_envelope.png)" in (out / "report.md").read_text()
+
+
+def test_union_of_sorted_is_numpys_unique_of_the_concatenation():
+    from analysis.energy.envelope import _union_of_sorted
+
+    a = np.array([1, 3, 5, 7, 9], dtype=np.int64)
+    b = np.array([2, 3, 4, 9, 11], dtype=np.int64)
+    c = np.array([], dtype=np.int64)
+    merged = _union_of_sorted([a, b, c, [5, 12]])
+    assert merged.tolist() == [1, 2, 3, 4, 5, 7, 9, 11, 12]
+    assert merged.dtype == np.int64
+    assert _union_of_sorted([c]).tolist() == []
