@@ -240,6 +240,11 @@ def compare_with_log(analysis: Analysis, log: pl.DataFrame) -> tuple[pl.DataFram
     return rows_out, summary
 
 
+def _pair_list(pairs: list[list]) -> str:
+    """``step 2 update_weights, step 3 step`` from ``[[step, stage], …]``."""
+    return ", ".join(f"step {step} {stage}" for step, stage in pairs)
+
+
 def to_markdown(summary: dict) -> str:
     """The per-stage table and the overall accuracy."""
     lines = [
@@ -269,18 +274,16 @@ def to_markdown(summary: dict) -> str:
             "the timers' own overhead): " + ", ".join(summary["unscored_stages"]) + ".",
         ]
     if summary.get("cut_pairs"):
-        shown = ", ".join(f"step {step} {stage}" for step, stage in summary["cut_pairs"])
         lines += [
             "",
-            f"Not scored: {shown}: a range of it ends exactly at the end of the capture (nsys "
+            f"Not scored: {_pair_list(summary['cut_pairs'])}: a range of it ends exactly at the end of the capture (nsys "
             "closed it there; its process exited before its last NVTX events were flushed), so "
             "the trace does not hold its real duration.",
         ]
     if summary.get("missing_in_trace"):
-        shown = ", ".join(f"step {step} {stage}" for step, stage in summary["missing_in_trace"])
         lines += [
             "",
-            f"Logged by VeRL but not in the trace: {shown} (no such range in that step: a "
+            f"Logged by VeRL but not in the trace: {_pair_list(summary['missing_in_trace'])} (no such range in that step: a "
             "process that exited before its last NVTX events were flushed, or a stage the "
             "capture did not cover).",
         ]
