@@ -9,6 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_hex
 from nvtxp_testkit import SAMPLES
 from PIL import Image
 from typer.testing import CliRunner
@@ -22,6 +23,7 @@ from analysis.render.envelope import power_envelope_figure
 from analysis.render.files import _FIGURE_STEMS
 from analysis.render.report_html import escape_html
 from analysis.render.whatif import whatif_figure
+from nvtx_phases.naming import phase_color
 
 SAMPLE = SAMPLES / "grpo_synthetic.sqlite"
 #: stems written outside ``_FIGURE_STEMS``: the power envelope (analyze) and what-if (whatif)
@@ -99,8 +101,17 @@ def _whatif_table(n_steps: int) -> pl.DataFrame:
     )
 
 
-@pytest.mark.parametrize(("n_steps", "points"), [(3, 3), (1000, 40)])
-def test_whatif_figure_fixed_canvas_binned_legend_outside(tmp_path, monkeypatch, n_steps, points):
+@pytest.mark.parametrize(
+    ("n_steps", "points", "xlabel"),
+    [
+        (3, 3, "step"),
+        (41, 40, "step (median per bin of 1–2 steps)"),
+        (1000, 40, "step (median per bin of 25 steps)"),
+    ],
+)
+def test_whatif_figure_fixed_canvas_binned_legend_outside(
+    tmp_path, monkeypatch, n_steps, points, xlabel
+):
     kept = _capture(monkeypatch)
     paths = whatif_figure(_whatif_table(n_steps), tmp_path)
     assert [p.name for p in paths] == ["whatif_per_step.png", "whatif_per_step.svg"]
@@ -119,6 +130,9 @@ def test_whatif_figure_fixed_canvas_binned_legend_outside(tmp_path, monkeypatch,
     renderer = FigureCanvasAgg(kept[0]).get_renderer()
     assert legend.get_window_extent(renderer).x0 > ax.get_window_extent(renderer).x1
     assert ax.get_ylabel() == "step time (s)"
+    assert ax.get_xlabel() == xlabel
+    # markers only while each step is its own point
+    assert {line.get_marker() for line in ax.get_lines()} == ({"o", "."} if n_steps <= 40 else {""})
 
 
 def _envelope(n_gpus: int, n_phases: int) -> pl.DataFrame:
@@ -159,3 +173,25 @@ def test_power_envelope_fixed_canvas_gpus_capped(tmp_path, monkeypatch, n_gpus, 
         "node power (W)",
         "power ramp (W/ms)",
     ]
+
+
+def test_power_envelope_node_bars_in_phase_colours_nodes_by_hatch(tmp_path, monkeypatch):
+    kept = _capture(monkeypatch)
+    one = _envelope(2, 2).with_columns(pl.col("path").str.replace(r"p0$", "gen"))
+    one = one.with_columns(pl.col("path").str.replace(r"p1$", "update_actor"))
+    two = pl.concat([one, one.filter(pl.col("scope") == "node").with_columns(host=pl.lit("g"))])
+    power_envelope_figure(two, tmp_path)
+    node_ax = kept[0].axes[1]
+    bars = node_ax.patches
+    gen, actor = (to_hex(phase_color_hex(n)) for n in ("gen", "update_actor"))
+    # two nodes × two phases: node g first (no hatch), then node h (hatched)
+    assert [to_hex(b.get_facecolor()) for b in bars] == [gen, actor, gen, actor]
+    assert [b.get_hatch() for b in bars] == ["", "", "////", "////"]
+    legend = node_ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["node g", "node h"]
+    renderer = FigureCanvasAgg(kept[0]).get_renderer()
+    assert legend.get_window_extent(renderer).x0 > node_ax.get_window_extent(renderer).x1
+
+
+def phase_color_hex(name: str) -> str:
+    return f"#{phase_color(name) & 0xFFFFFF:06x}"

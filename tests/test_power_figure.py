@@ -97,10 +97,25 @@ def test_overview_bins_whole_steps_past_the_sample_limit():
     phases, _, samples = _run(600, 8, interval_ns=MS // 4)  # 76,800 samples per GPU
     fig = overview_figure(phases, samples)
     ax = fig.axes[1]
-    # 19.2 s in about 300 bins of 64 ms: bins of 3 whole 30 ms steps, 200 points per GPU line
-    assert {len(line.get_xdata()) for line in ax.get_lines()} == {200}
+    # 1,800 driver phases, more than 2 x 300 bins: 300 bins of 2 whole steps, one point each
+    assert {len(line.get_xdata()) for line in ax.get_lines()} == {300}
     band = [c for c in ax.collections if isinstance(c, PolyCollection)]
-    assert [c.get_label() for c in band] == ["min–max, all GPUs\n(lines: mean per 3 steps)"]
+    assert [c.get_label() for c in band] == ["min–max, all GPUs\n(lines: mean per 2 steps)"]
+    plt.close(fig)
+
+
+def test_overview_bins_phases_when_there_are_few():
+    phases, _, samples = _run(60, 2, interval_ns=MS // 4)  # 7,680 samples per GPU
+    fig = overview_figure(phases, samples)
+    ax = fig.axes[1]
+    # 180 driver phases: one bin each (start to the next phase's start), x at the bin's centre
+    lines = ax.get_lines()
+    assert [len(line.get_xdata()) for line in lines] == [180, 180]
+    assert [float(line.get_xdata()[0]) for line in lines] == [5.0, 5.0]  # ms: bin 0 to 10 ms
+    # GPU 1 draws 10 W above GPU 0 in every sample, so in every bin's mean
+    assert list(lines[1].get_ydata() - lines[0].get_ydata()) == [10.0] * 180
+    band = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert [c.get_label() for c in band] == ["min–max, all GPUs\n(lines: mean per phase)"]
     plt.close(fig)
 
 

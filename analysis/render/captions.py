@@ -16,7 +16,7 @@ FIGURE_CAPTIONS: dict[str, str] = {
     "phase_time_per_step": (
         "Wall time of each phase per step, stacked bottom to top in execution order, each phase "
         "in its NVTX colour; the grey 'other (no phase)' segment is the step's time no phase "
-        "covers, so a bar is as tall as its step. Beyond 40 steps each bar is the mean per step "
+        "covers, so a bar is as tall as its step. Beyond 40 steps each bar is the mean step "
         "over a bin of consecutive steps, labelled first–last."
     ),
     "phase_share": (
@@ -28,13 +28,13 @@ FIGURE_CAPTIONS: dict[str, str] = {
     "busy_idle_per_phase": (
         "Per phase, GPU busy time (solid: a kernel or copy running) stacked under GPU idle time "
         "(light, hatched: the phase's wall time on a GPU with nothing running), each summed over "
-        "all steps and all GPUs. " + _ORDER + "."
+        "all steps and all GPUs. " + _ORDER + "; a tall hatched part is a phase that holds its "
+        "GPUs without using them."
     ),
     "data_movement_per_phase": (
-        "Per phase, summed over all steps and GPUs: NCCL kernel time (solid) and memcpy time "
-        "(light, hatched) on top; below, the data memcpy copied (MB, or the unit on the axis). "
-        + _ORDER
-        + "."
+        "Per phase, summed over all steps and GPUs: in the top panel NCCL kernel time (solid) "
+        "beside memcpy time (light, hatched); in the bottom panel the data memcpy copied (in the "
+        "unit on its axis). " + _ORDER + "; phases are categories, so no line joins them."
     ),
     "energy_per_phase_device": (
         "Energy of each phase on each GPU, summed over all steps: one bar per GPU (told apart by "
@@ -42,10 +42,11 @@ FIGURE_CAPTIONS: dict[str, str] = {
         "whisker over GPUs. " + _ORDER + "."
     ),
     "power_timeline": (
-        "GPU power over the whole run: one line per GPU (beyond 10 GPUs, the median over GPUs "
-        "with a p10–p90 band). On long runs each line is the mean over bins of whole steps and "
-        "the light grey band the lowest to highest reading of all GPUs in each bin. The strip "
-        "above shows the driver's phases in their NVTX colours, on the same time axis."
+        "GPU power over the whole run, one line per GPU (beyond 10 GPUs, the median over GPUs "
+        "with a p10–p90 band). On long runs each line is the mean per driver phase or per bin "
+        "of whole steps, and the light grey band spans the lowest to highest reading of all "
+        "GPUs in each bin. The strip above shows the driver's phases in their NVTX colours, on "
+        "the same time axis."
     ),
     "power_timeline_detail": (
         "GPU power within a few chosen steps (--detail-steps; by default the median-duration "
@@ -54,16 +55,19 @@ FIGURE_CAPTIONS: dict[str, str] = {
         "driver's phases, in their NVTX colours."
     ),
     "power_envelope": (
-        "Power per phase over all steps. Top: per GPU, median power (dot), p95 (tick) and "
-        "highest reading (triangle), joined by a line; with many GPUs, the median over GPUs of "
-        "each with the full range across GPUs. Middle: per node (its GPUs summed), median bar, "
-        "p95 tick, max triangle and the phase's share of the run's energy; bottom: how fast node "
-        "power rises as the phase starts (W/ms: median bar, steepest diamond)."
+        "Power per phase over all steps, phases in execution order. Top: per GPU, median power "
+        "(dot), p95 (tick) and highest reading (triangle), joined by a line; beyond 8 GPUs, the "
+        "median over GPUs of each, with a grey bar from the lowest median to the highest "
+        "reading. Middle: per node (its GPUs summed), a median bar in the phase's NVTX colour "
+        "(nodes told apart by hatch) with p95 tick, max triangle and the phase's share of the "
+        "run's energy; bottom: how fast node power rises as the phase starts (W/ms: median "
+        "bar, steepest diamond)."
     ),
     "length_cdf": (
-        "Cumulative distribution of response lengths for a few steps (one line per step): the "
-        "height at a length is the share of the step's responses at most that long. Log length "
-        "axis; the dashed line is the length cap (--cap)."
+        "Cumulative distribution of response lengths for a few steps (the first, the last and "
+        "evenly between; one line each): the height at a length is the share of the step's "
+        "responses at most that long. Log length axis; the dashed line is the length cap "
+        "(--cap)."
     ),
     "length_heatmap": (
         "Response lengths over steps: each column is a step (beyond 100 steps, a group of "
@@ -73,15 +77,15 @@ FIGURE_CAPTIONS: dict[str, str] = {
     ),
     "straggler_timeline": (
         "Rollout stragglers over all steps. Top: each rank/GPU's idle tail per step, the time "
-        "its generation ended before the step's slowest rank finished (white: the slowest "
-        "rank; darker: a longer wait). Bottom: the generation time of the slowest and of the "
-        "median rank per step (ms); the gap between them is the straggler cost."
+        "it waits after its own generation for the step's slowest rank to finish (white: the "
+        "slowest rank; darker: a longer wait). Bottom: the generation time of the slowest and "
+        "of the median rank per step (ms); the gap between them is the straggler cost."
     ),
     "whatif_per_step": (
         "Step time as measured (black) and under each what-if bound (one line per bound and "
         "variant; each an upper bound on the saving, from measured times; the assumptions are "
         "in whatif.md). Beyond 40 steps each point is the median over a bin of consecutive "
-        "steps, with the p10–p90 band of the measured step time."
+        "steps, without markers, with the p10–p90 band of the measured step time."
     ),
 }
 

@@ -109,16 +109,29 @@ def _gpu_panel(ax: Axes, gpus: pl.DataFrame, paths: list[str]) -> None:
 
 
 def _node_panels(power: Axes, ramp: Axes, nodes: pl.DataFrame, paths: list[str]) -> None:
-    """Per node and phase: p50 bar with p95/max marks and energy share; ramp at phase start."""
+    """Per node and phase: p50 bar with p95/max marks and energy share; ramp at phase start.
+
+    Bars take the phase's NVTX colour (as in every figure); several nodes differ by hatch.
+    """
+    from matplotlib.patches import Patch
+
+    from analysis.render.figures import HATCHES, phase_hex
+
     hosts = sorted(nodes["host"].unique().to_list())
     width = 0.8 / max(len(hosts), 1)
     for k, host in enumerate(hosts):
         values = {r["path"]: r for r in nodes.filter(pl.col("host") == host).iter_rows(named=True)}
         x = [i - 0.4 + width * (k + 0.5) for i, p in enumerate(paths) if p in values]
         got = [values[p] for p in paths if p in values]
-        color = f"C{k % 10}"
+        style: dict[str, Any] = {
+            "color": [phase_hex(r["path"].rsplit("/", 1)[-1]) for r in got],
+            "alpha": 0.75,
+            "hatch": HATCHES[k % len(HATCHES)],
+            "edgecolor": "#333333",
+            "linewidth": 0.4,
+        }
         p50 = [r["p50_w"] or 0.0 for r in got]
-        power.bar(x, p50, width * 0.9, color=color, alpha=0.55, label=f"node {host}")
+        power.bar(x, p50, width * 0.9, **style)
         power.vlines(x, p50, [r["max_w"] or 0.0 for r in got], color="#333333", lw=1)
         power.plot(x, [r["p95_w"] for r in got], "_", color="#333333", ms=10)
         power.plot(x, [r["max_w"] for r in got], "^", color="#333333", ms=4)
@@ -134,8 +147,19 @@ def _node_panels(power: Axes, ramp: Axes, nodes: pl.DataFrame, paths: list[str])
                     ha="center",
                     fontsize=6,
                 )
-        ramp.bar(x, [r["ramp_w_per_ms"] or 0.0 for r in got], width * 0.9, color=color, alpha=0.55)
+        ramp.bar(x, [r["ramp_w_per_ms"] or 0.0 for r in got], width * 0.9, **style)
         ramp.plot(x, [r["ramp_max_w_per_ms"] for r in got], "D", color="#333333", ms=3)
+    if len(hosts) > 1:
+        handles = [
+            Patch(
+                facecolor="white",
+                edgecolor="#333333",
+                hatch=HATCHES[k % len(HATCHES)],
+                label=f"node {host}",
+            )
+            for k, host in enumerate(hosts)
+        ]
+        power.legend(handles=handles, **_LEGEND)
     power.set_ylim(
         0, 1.2 * float(nodes.select(pl.col("max_w").max()).item() or 1.0)
     )  # room for the labels
@@ -145,8 +169,6 @@ def _node_panels(power: Axes, ramp: Axes, nodes: pl.DataFrame, paths: list[str])
         + ("; label: % of run energy" if len(paths) <= MAX_SHARE_LABELS else ""),
         fontsize=9,
     )
-    if len(hosts) > 1:
-        power.legend(**_LEGEND)
     windows = nodes["ramp_window_ms"].drop_nulls().unique().sort().to_list()
     window = "/".join(f"{float(w):.3g}" for w in windows) or "?"
     ramp.axhline(0, color="#999999", lw=0.6)

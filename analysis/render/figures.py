@@ -29,7 +29,8 @@ from nvtx_phases.naming import phase_color
 matplotlib.rcParams["svg.hashsalt"] = "nvtx-phases"
 
 
-def _color(name: str) -> str:
+def phase_hex(name: str) -> str:
+    """The phase's NVTX colour as ``#rrggbb`` (the one colour a phase has in every figure)."""
     return f"#{phase_color(name) & 0xFFFFFF:06x}"
 
 
@@ -44,9 +45,9 @@ DPI = 200
 CANVAS = (8.0, 4.0)
 #: Beyond this many GPUs, ``energy_per_phase_device`` draws the median over GPUs, not one bar each.
 MAX_GPU_BARS = 8
-#: Hatches telling up to ``MAX_GPU_BARS`` GPUs apart (colour is the phase's).
+#: Hatches telling up to ``MAX_GPU_BARS`` GPUs (or nodes) apart where colour is the phase's.
 #: Mostly line hatches: dense dot and circle hatches make SVGs of megabytes.
-_GPU_HATCHES = ("", "////", "\\\\\\\\", "xx", "---", "|||", "++", "..")
+HATCHES = ("", "////", "\\\\\\\\", "xx", "---", "|||", "++", "..")
 _TIME_UNITS = ((3600e9, "h"), (1e9, "s"), (1e6, "ms"))
 _BYTE_UNITS = ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1.0, "B"))
 _ENERGY_UNITS = ((1e6, "MJ"), (1e3, "kJ"), (1.0, "J"))
@@ -148,7 +149,7 @@ def phase_time_per_step(phases: pl.DataFrame, out: Path) -> list[Path]:
             heights,
             bottom=bottom,
             label=name,
-            color="#d9d9d9" if name == OTHER else _color(name),
+            color="#d9d9d9" if name == OTHER else phase_hex(name),
             edgecolor="white",
             linewidth=0.3 if len(bars) > 20 else 0.5,
         )
@@ -173,7 +174,7 @@ def busy_idle_per_phase(phases: pl.DataFrame, out: Path) -> list[Path]:
         return []
     per_phase = _per_phase(data, "gpu_busy_ns", "idle_ns")
     names = per_phase["canonical"].to_list()
-    colors = [_color(n) for n in names]
+    colors = [phase_hex(n) for n in names]
     factor, unit = _unit(_max(per_phase["gpu_busy_ns"] + per_phase["idle_ns"]), _TIME_UNITS)
     busy = (per_phase["gpu_busy_ns"] / factor).to_list()
     x = list(range(len(names)))
@@ -214,7 +215,7 @@ def phase_share(phases: pl.DataFrame, out: Path) -> list[Path]:
         .fill_null(0.0)
     )
     names = stats["canonical"].to_list()
-    colors = [_color(n) for n in names]
+    colors = [phase_hex(n) for n in names]
     has_energy = bool(stats["has_energy"].any())
     n_steps = data["step"].n_unique()
     width = 0.4 if has_energy else 0.7
@@ -246,7 +247,7 @@ def data_movement_per_phase(phases: pl.DataFrame, out: Path) -> list[Path]:
         return []
     per_phase = _per_phase(data, "nccl_ns", "memcpy_ns", "memcpy_bytes")
     names = per_phase["canonical"].to_list()
-    colors = [_color(n) for n in names]
+    colors = [phase_hex(n) for n in names]
     x = list(range(len(names)))
     tf, time_unit = _unit(_max(per_phase["nccl_ns"], per_phase["memcpy_ns"]), _TIME_UNITS)
     bf, byte_unit = _unit(_max(per_phase["memcpy_bytes"]), _BYTE_UNITS)
@@ -277,7 +278,7 @@ def execution_order(phases: pl.DataFrame) -> list[str]:
 
 def _energy_bars(ax: Axes, per: pl.DataFrame, names: list[str], factor: float) -> list[Any]:
     """Per-GPU bars (told apart by hatch), or medians over GPUs past ``MAX_GPU_BARS``: keys."""
-    colors = [_color(n.split("/", 1)[1]) for n in names]
+    colors = [phase_hex(n.split("/", 1)[1]) for n in names]
     devices = sorted(per["device"].unique().to_list())
     if len(devices) > MAX_GPU_BARS:
         stats = per.group_by("path").agg(
@@ -290,7 +291,7 @@ def _energy_bars(ax: Axes, per: pl.DataFrame, names: list[str], factor: float) -
         return [_key(f"median over {len(devices)} GPUs"), whisker]
     width = 0.8 / len(devices)
     keys: list[Any] = []
-    for k, (device, hatch) in enumerate(zip(devices, _GPU_HATCHES, strict=False)):
+    for k, (device, hatch) in enumerate(zip(devices, HATCHES, strict=False)):
         values = dict(per.filter(pl.col("device") == device).select("path", "energy_j").iter_rows())
         x = [i - 0.4 + width * (k + 0.5) for i in range(len(names))]
         heights = [values.get(n, 0.0) / factor for n in names]

@@ -2,8 +2,8 @@
 
 ``power_timeline`` (overview): one axis, one line per GPU (tab10 colours, labelled by
 :func:`~analysis.normalize.devices.device_label`); past :data:`MAX_POINTS` samples per GPU, the
-per-bin mean with a light min–max band, so the file stays small whatever the run's length. Above
-it, a thin phase ribbon: the driver phases in their NVTX colours, one ``broken_barh`` per phase.
+mean per driver phase (or per bin of whole steps) with a light min–max band, so the file stays
+small whatever the run's length. Above it, a thin phase ribbon: the driver phases in their NVTX colours, one ``broken_barh`` per phase.
 
 ``power_timeline_detail``: the chosen steps (``--detail-steps``; default the median-duration and
 the longest step), one panel each, sample-level lines over phase bands, time since step start.
@@ -14,7 +14,7 @@ Both on a fixed canvas whatever the number of steps and GPUs; legends outside on
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import matplotlib
 
@@ -30,9 +30,8 @@ from analysis.errors import InputError
 from analysis.frames import int_value
 from analysis.model import WINDOW
 from analysis.normalize.devices import device_label
-from analysis.render.figures import save_figure
+from analysis.render.figures import phase_hex, save_figure
 from analysis.run.select import parse_steps, steps_text
-from nvtx_phases.naming import phase_color
 
 #: both power figures' canvas (inches), whatever the number of steps and GPUs
 CANVAS = (8.0, 4.5)
@@ -47,10 +46,6 @@ MAX_GPU_LINES = 10
 RASTER_SPANS = 200
 _GPU_COLORS = [f"C{k}" for k in range(10)]  # tab10, the default cycle
 _OPTION = "--detail-steps"
-
-
-def _color(name: str) -> str:
-    return f"#{phase_color(name) & 0xFFFFFF:06x}"
 
 
 def driver_phases(phases: pl.DataFrame) -> pl.DataFrame:
@@ -128,23 +123,27 @@ def check_detail_steps(steps: pl.DataFrame, spec: str | None) -> None:
 def bin_edges(samples: pl.DataFrame, phases: pl.DataFrame, bins: int) -> tuple[np.ndarray, str]:
     """Overview bin starts (ns) and what one bin is, in words.
 
-    About ``bins`` bins over the samples; when a step is shorter than that, bins of whole steps
-    (a bin cutting steps at varying phases would make the means beat), else equal widths.
+    Bins follow the run's structure, so a bin never cuts a phase at a varying point (the means
+    would beat): one bin per driver phase (from its start to the next one's) while there are at
+    most ``2 * bins`` of them, else bins of whole steps (about ``bins`` of them); equal widths
+    only for a run without steps.
     """
     t0, t1 = int_value(samples["t_ns"].min() or 0), int_value(samples["t_ns"].max() or 0)
-    width = max(1, -(-(t1 - t0 + 1) // bins))
-    starts = (
+    starts = driver_phases(phases)["start_ns"].unique().sort().to_numpy()
+    if 0 < len(starts) <= 2 * bins:
+        return np.unique(np.concatenate(([min(t0, starts[0])], starts))), "phase"
+    steps = (
         phases.filter((pl.col("path") == "step") & (pl.col("attribution") == WINDOW))
         .group_by("step")
-        .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
+        .agg(pl.col("start_ns").min())
         .sort("start_ns")
     )
-    if starts.height:
-        median = float(cast(float, (starts["end_ns"] - starts["start_ns"]).median()))
-        if 0 < median <= width:
-            k = -(-width // int(median))
-            edges = starts["start_ns"].to_numpy()[::k]
-            return np.unique(np.concatenate(([min(t0, edges[0])], edges))), f"{k} steps"
+    if steps.height:
+        k = -(-steps.height // bins)
+        edges = steps["start_ns"].to_numpy()[::k]
+        per = "step" if k == 1 else f"{k} steps"
+        return np.unique(np.concatenate(([min(t0, edges[0])], edges))), per
+    width = max(1, -(-(t1 - t0 + 1) // bins))
     factor, unit = _time_unit(t1 - t0)
     return np.arange(t0, t1 + 1, width), f"{width / factor:.3g} {unit}"
 
@@ -169,8 +168,9 @@ def binned_power(samples: pl.DataFrame, edges: np.ndarray) -> pl.DataFrame:
 
 
 def _time_unit(span_ns: float) -> tuple[float, str]:
-    """Seconds for a run over 2 s, hours over 3 h, else milliseconds."""
-    return next((f, u) for f, u in ((3600e9, "h"), (1e9, "s"), (1e6, "ms")) if span_ns >= 2 * f)
+    """Hours for a run over 2 h, seconds over 2 s, else milliseconds."""
+    units = ((3600e9, "h"), (1e9, "s"))
+    return next(((f, u) for f, u in units if span_ns >= 2 * f), (1e6, "ms"))
 
 
 def _ribbon(ax: Axes, bands: pl.DataFrame, order: list[str], factor: float, t0: int = 0) -> None:
@@ -181,7 +181,7 @@ def _ribbon(ax: Axes, bands: pl.DataFrame, order: list[str], factor: float, t0: 
             ((s - t0) / factor, (e - s) / factor)
             for s, e in rows.select("start_ns", "end_ns").iter_rows()
         ]
-        bars = ax.broken_barh(spans, (0, 1), facecolors=_color(name), linewidth=0)
+        bars = ax.broken_barh(spans, (0, 1), facecolors=phase_hex(name), linewidth=0)
         # thousands of sub-pixel spans: a bitmap in the SVG, not thousands of paths
         bars.set_rasterized(len(spans) > RASTER_SPANS)
     ax.set_ylim(0, 1)
@@ -205,7 +205,7 @@ def _legends(fig: Figure, ax: Axes, gpu_handles: list[Any], order: list[str]) ->
         handles=gpu_handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="GPU", **style
     )
     ax.add_artist(gpus)
-    keys = [Patch(facecolor=_color(n), label=n) for n in order]
+    keys = [Patch(facecolor=phase_hex(n), label=n) for n in order]
     ax.legend(handles=keys, loc="lower left", bbox_to_anchor=(1.01, 0.0), title="phase", **style)
 
 
@@ -317,7 +317,7 @@ def _detail_panel(
     inside = bands.filter((pl.col("end_ns") > start) & (pl.col("start_ns") < end))
     _ribbon(top, inside, _order(inside), 1e6, start)
     for name, s, e in inside.select("canonical", "start_ns", "end_ns").iter_rows():
-        ax.axvspan((s - start) / 1e6, (e - start) / 1e6, color=_color(name), alpha=0.22, lw=0)
+        ax.axvspan((s - start) / 1e6, (e - start) / 1e6, color=phase_hex(name), alpha=0.22, lw=0)
     # one sample either side, so the line reaches the step's edges
     t = pl.col("t_ns")
     margin = max(end - start, 2_000_000_000)  # wider than any sampling interval

@@ -137,6 +137,15 @@ def _quantiles(frame: pl.DataFrame, column: str, *keys: str) -> pl.DataFrame:
     )
 
 
+def _step_label(n_steps: int, max_points: int) -> str:
+    """The x label: ``step``, or past ``max_points`` steps the bins' size (``24–25 steps``)."""
+    if n_steps <= max_points:
+        return "step"
+    low, high = n_steps // max_points, -(-n_steps // max_points)
+    size = f"{low}" if low == high else f"{low}–{high}"
+    return f"step (median per bin of {size} steps)"
+
+
 def whatif_figure(table: pl.DataFrame, out: Path, *, max_points: int = MAX_POINTS) -> list[Path]:
     """Measured step time and each step-level bound, per step (``whatif_per_step``).
 
@@ -185,7 +194,7 @@ def whatif_figure(table: pl.DataFrame, out: Path, *, max_points: int = MAX_POINT
             label=f"{bound} / {variant}",
         )
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel(f"step (median per bin of ~{n_steps // max_points} steps)" if binned else "step")
+    ax.set_xlabel(_step_label(n_steps, max_points))
     ax.set_ylabel("step time (s)")
     ax.set_ylim(bottom=0)
     ax.set_title(f"What-if: step time under each bound ({n_steps} steps)", fontsize=10)
