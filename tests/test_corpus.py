@@ -138,6 +138,11 @@ CASES = {
         0,
         "appear on more than one CUDA API call",
     ),
+    "kernels ending before they start": (
+        sql("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = start - 1000 WHERE rowid % 10 = 0"),
+        0,
+        "kernel operation(s) end before they start",
+    ),
     "kernels without launch": (
         sql("DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid % 5 = 0"),
         0,
@@ -210,3 +215,26 @@ def test_unusable_spill_folder(base, tmp_path):
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
     assert "cannot make a work folder" in result.output
+
+
+def test_backward_operations_are_left_out_of_the_totals(base, tmp_path):
+    """Kernels with a negative duration are counted in a warning and nowhere else: the totals
+    equal plain SQL over the forward operations, and GPU time is still conserved."""
+    path = tmp_path / "trace.sqlite"
+    shutil.copy(base, path)
+    sql("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = start - 1000 WHERE rowid % 10 = 0")(path)
+    with sqlite3.connect(path) as con:
+        n_back, n_kernels, kernel_ns = con.execute(
+            "SELECT SUM(end < start), SUM(end >= start), SUM(CASE WHEN end >= start"
+            " THEN end - start END) FROM CUPTI_ACTIVITY_KIND_KERNEL"
+        ).fetchone()
+    result = runner.invoke(
+        app, ["analyze", str(path), "--out", str(tmp_path / "out"), "--no-figures"]
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert n_back == 101
+    assert f"{n_back:,} kernel operation(s) end before they start" in " ".join(summary["warnings"])
+    assert summary["n_kernels"] == n_kernels
+    assert summary["kernel_ns"] == kernel_ns
+    assert summary["gpu_time_conserved"] is True

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -109,15 +110,37 @@ def _runtime(path: Path, label: str) -> pl.DataFrame:
     return pl.concat(frames) if frames else pl.DataFrame(schema=RUNTIME_SCHEMA)
 
 
-def _op_batches(path: Path, raw: RawTrace, identities: pl.DataFrame) -> Iterator[pl.DataFrame]:
+def _op_batches(
+    path: Path, raw: RawTrace, identities: pl.DataFrame, backwards: Counter[str]
+) -> Iterator[pl.DataFrame]:
+    """The export's GPU operations in the ops layout, batch by batch.
+
+    Operations that end before they start are left out and counted per kind in ``backwards``:
+    a negative duration would subtract from every total it entered.
+    """
     strings = strings_of(raw)
     export = Export(path)
     try:
         for kind, spec in OP_TABLES.items():
             for batch in export.batches(spec, BATCH_ROWS):
-                yield gpu_op_rows(kind, batch, strings, label=raw.label, identities=identities)
+                rows = gpu_op_rows(kind, batch, strings, label=raw.label, identities=identities)
+                forward = rows.filter(pl.col("end_ns") >= pl.col("start_ns"))
+                if forward.height < rows.height:
+                    backwards[kind] += rows.height - forward.height
+                yield forward
     finally:
         export.close()
+
+
+def backwards_warning(label: str, backwards: Counter[str]) -> list[str]:
+    """One warning naming how many operations of each kind ended before they started."""
+    if not backwards:
+        return []
+    counts = ", ".join(f"{n:,} {kind}" for kind, n in sorted(backwards.items()))
+    return [
+        f"{label}: {counts} operation(s) end before they start (negative duration); "
+        "left out of every table and total"
+    ]
 
 
 def load_trace(
@@ -137,7 +160,10 @@ def load_trace(
     raw = read_export(path, label=label, streamed=(*OP_TABLES.values(), T.RUNTIME))
     ranges, range_warnings = nvtx_ranges(raw)
     identities = gpu_identities(raw)
-    with Prefetched(lambda: _op_batches(path, raw, identities), depth=READ_AHEAD) as op_batches:
+    backwards: Counter[str] = Counter()
+    with Prefetched(
+        lambda: _op_batches(path, raw, identities, backwards), depth=READ_AHEAD
+    ) as op_batches:
         calls = CallIndex.build(_runtime(path, label))
         ops = collect_ops(
             label,
@@ -149,6 +175,7 @@ def load_trace(
     warnings = list(raw.warnings)
     if raw.missing_tables:
         warnings.append(f"{raw.label}: no {', '.join(raw.missing_tables)} (not captured)")
+    warnings += backwards_warning(raw.label, backwards)
     warnings += unidentified_warning(label, ops.devices, identities)
     used = identities.filter(pl.col("device").is_in(ops.devices))
     return LoadedTrace(

@@ -309,13 +309,18 @@ class Timeline:
     ) -> tuple[list[int], list[int], np.ndarray]:
         """``k`` compute kernels filling [t, body_end); return their starts, ends, durations."""
         weights = self.rng.uniform(0.5, 1.5, size=k)
-        usable = body_end - t - k * 6 * US  # each kernel starts 6 µs after its launch call
+        span = body_end - t
+        # each kernel starts 6 µs after its launch call; where k launches do not fit the range
+        # at that pace, the latency shrinks to half the range's share per kernel (never a kernel
+        # that ends before it starts)
+        latency = 6 * US if span >= k * 6 * US else max(span // (2 * k), 0)
+        usable = max(span - k * latency, 0)
         durations = (weights / weights.sum() * usable * 0.8).astype(np.int64)
         gap = gap_rounding(usable * 0.2 / k)
         cursor = t
         starts, ends = [], []
         for i in range(k):
-            s = cursor + 6 * US
+            s = cursor + latency
             e = s + int(durations[i])
             starts.append(s)
             ends.append(e)
