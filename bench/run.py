@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -47,12 +48,32 @@ SMALL = Path("traces_sample/grpo_synthetic.sqlite")
 NSYS_ONCE_FROM = 5_000_000
 
 
+def check_export(path: Path) -> Path:
+    """``path``, after checking that no GPU operation in it ends before it starts.
+
+    An export kept from an older generator once had two thirds of its kernels backwards (at
+    2,500 kernels per phase), which every timing here would silently have been measured on.
+    """
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
+        backwards = sum(
+            con.execute(f"SELECT COUNT(*) FROM {table} WHERE end < start").fetchone()[0]
+            for table in (
+                "CUPTI_ACTIVITY_KIND_KERNEL",
+                "CUPTI_ACTIVITY_KIND_MEMCPY",
+                "CUPTI_ACTIVITY_KIND_MEMSET",
+            )
+        )
+    if backwards:
+        raise SystemExit(f"{path}: {backwards:,} operations end before they start; delete it")
+    return path
+
+
 def export_for(n_ops: int, steps: int = STEPS) -> Path:
     """A synthetic export with about ``n_ops`` GPU operations (made once, then reused)."""
     name = f"bench_{n_ops}.sqlite" if steps == STEPS else f"bench_{n_ops}_steps{steps}.sqlite"
     path = OUT / name
     if path.exists():
-        return path
+        return check_export(path)
     if n_ops > GENERATE_MAX and steps == STEPS:
         return replicate(export_for(GENERATE_MAX), path, n_ops // GENERATE_MAX)
     kernels = max(4, n_ops // (RANKS * steps * GPU_PHASES))
@@ -60,7 +81,7 @@ def export_for(n_ops: int, steps: int = STEPS) -> Path:
         steps=steps, ranks=RANKS, kernels_per_phase=kernels, power=False, lengths=False
     )
     generate(path, cfg, with_truth=False)
-    return path
+    return check_export(path)
 
 
 def timed(command: list[str], *, cap: Cap | None = None, check: bool = True) -> dict:

@@ -208,6 +208,7 @@ def analyze(
     if engine not in ("process", "ray"):
         raise fail(f"--engine must be 'process' or 'ray', not '{engine}'")
     from analysis.jobs import analyze_to
+    from analysis.render.drawing import default_workers
 
     analyze_and_print(
         lambda reporter: analyze_to(
@@ -228,6 +229,7 @@ def analyze(
             steps=steps,
             strip_args=strip_args,
             detail_steps=detail_steps,
+            draw_workers=default_workers(),
             reporter=reporter,
         ),
         out,
@@ -264,6 +266,7 @@ def report(
     With response-length records, also length statistics per step and rollout stragglers.
     """
     from analysis.jobs import build_report
+    from analysis.render.drawing import default_workers
 
     with spinner() as reporter:
         written = build_report(
@@ -276,6 +279,7 @@ def report(
             command_line=command_line(ctx),
             steps=steps,
             detail_steps=detail_steps,
+            draw_workers=default_workers(),
             reporter=reporter,
         )
     for path in written:

@@ -74,10 +74,13 @@ def profile(
     if analyze_after:
         from analysis.cli.analyze import analyze_and_print
         from analysis.jobs import analyze_to
+        from analysis.render.drawing import default_workers
 
         analysis = out / "analysis"
         analyze_and_print(
-            lambda reporter: analyze_to(result.exports, analysis, reporter=reporter),
+            lambda reporter: analyze_to(
+                result.exports, analysis, draw_workers=default_workers(), reporter=reporter
+            ),
             analysis,
             max_rows=max_rows,
         )

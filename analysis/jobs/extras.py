@@ -1,6 +1,7 @@
 """Tables and figures written beside an analysis when its data allow them.
 
-The power envelope (with power samples) and GPU metrics per phase (with nsys GPU metrics).
+The power envelope (with power samples), GPU metrics per phase (with nsys GPU metrics) and
+the report's response-length sections (with length records).
 """
 
 from __future__ import annotations
@@ -12,32 +13,43 @@ from analysis.jobs.common import Reporter
 
 if TYPE_CHECKING:
     from analysis.model import Analysis
+    from analysis.render.drawing import Drawing
+    from analysis.render.report import Section
 
 
 def envelope_files(
-    result: Analysis, out: Path, *, table: bool, figure: bool, saved: Path | None = None
-) -> tuple[list[Path], list[Path]]:
-    """Write ``power_envelope.csv`` (``table``) and ``figures/power_envelope.*`` (``figure``).
+    result: Analysis,
+    out: Path,
+    *,
+    table: bool,
+    drawing: Drawing | None,
+    saved: Path | None = None,
+) -> list[Path]:
+    """Write ``power_envelope.csv`` (``table``); give ``drawing`` ``figures/power_envelope.*``.
 
     Nothing without power samples. ``saved``: an analysis folder whose ``power_envelope.csv``
     the figure is drawn from (seconds saved at 1,000 steps), when it has one and no table is
-    asked for. Returns (tables written, figures written).
+    asked for. Returns the tables written (the figure's files come from ``drawing``).
     """
     if result.power_samples is None or result.power_samples.is_empty():
-        return [], []  # before the imports: numpy is not needed then (start-up)
+        return []  # before the imports: numpy is not needed then (start-up)
     from analysis.energy.envelope import ENVELOPE_SCHEMA, power_envelope
-    from analysis.render.envelope import CSV_NAME, power_envelope_figure, write_envelope_csv
+    from analysis.render.envelope import CSV_NAME, write_envelope_csv
+    from analysis.render.figure_tasks import envelope_task
 
     if saved is not None and not table and (saved / CSV_NAME).is_file():
         import polars as pl
 
-        saved_table = pl.read_csv(saved / CSV_NAME, schema_overrides=ENVELOPE_SCHEMA)
-        return [], power_envelope_figure(saved_table, out / "figures") if figure else []
+        if drawing is not None:
+            saved_table = pl.read_csv(saved / CSV_NAME, schema_overrides=ENVELOPE_SCHEMA)
+            drawing.draw(envelope_task(saved_table, out / "figures"))
+        return []
     envelope = power_envelope(result)
     if envelope is None:
-        return [], []
-    tables = write_envelope_csv(envelope, out) if table else []
-    return tables, power_envelope_figure(envelope, out / "figures") if figure else []
+        return []
+    if drawing is not None:
+        drawing.draw(envelope_task(envelope, out / "figures"))
+    return write_envelope_csv(envelope, out) if table else []
 
 
 def gpu_metrics_files(result: Analysis, out: Path, reporter: Reporter) -> list[Path]:
@@ -59,3 +71,23 @@ def gpu_metrics_files(result: Analysis, out: Path, reporter: Reporter) -> list[P
         projection_devices(result.gpu_activity, result.phases),
     )
     return write_gpu_metrics_csv(table, out)
+
+
+def length_sections(
+    result: Analysis, length_dir: Path, cap: int | None, figures: Path, drawing: Drawing
+) -> list[Section]:
+    """The report's length, straggler and energy-per-token sections; figures go to ``drawing``."""
+    from analysis.render.figure_tasks import length_figure_tasks
+    from analysis.workload.lengths import length_stats, read_packed_lengths
+    from analysis.workload.stragglers import energy_per_token, generation_tails
+
+    responses = read_packed_lengths([length_dir])
+    stats = length_stats(responses, cap=cap)
+    tails = generation_tails(result, stats)
+    for task in length_figure_tasks(responses, tails, figures, cap):
+        drawing.draw(task)
+    return [
+        ("Response lengths per step", stats),
+        ("Rollout stragglers", tails),
+        ("Energy per generated token", energy_per_token(result, stats)),
+    ]

@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from analysis.attribute.phase_map import PhaseMap
     from analysis.model import Analysis
+    from analysis.render.drawing import Drawing
     from analysis.render.report import Section
     from analysis.run.load import Engine
 
 from analysis.errors import one_line
 from analysis.jobs.common import QUIET, Reporter
-from analysis.jobs.extras import envelope_files, gpu_metrics_files
+from analysis.jobs.extras import envelope_files, gpu_metrics_files, length_sections
 
 # --- one run: an analysis folder, or traces ------------------------------------------------------
 
@@ -158,6 +159,7 @@ def analyze_to(
     steps: str | None = None,
     strip_args: bool = False,
     detail_steps: str | None = None,
+    draw_workers: int = 0,
     reporter: Reporter = QUIET,
 ) -> AnalysisOutputs:
     """Analyze one run's traces and write its tables (and figures) to ``out``: ``analyze``.
@@ -168,10 +170,12 @@ def analyze_to(
     CLI's, for the provenance in ``summary.json``. ``steps``: keep only these steps
     (:mod:`analysis.run.select`); ``strip_args``: cut PyTorch's argument suffixes off range
     names; ``detail_steps``: the steps of the power detail figure (same syntax; checked against
-    the run's steps before anything is written). The other options are :func:`analysis.run.pipeline.analyze`'s (``chunk_ops`` None:
+    the run's steps before anything is written); ``draw_workers``: processes drawing the figures
+    meanwhile (0: here; see :mod:`analysis.render.drawing`). The other options are :func:`analysis.run.pipeline.analyze`'s (``chunk_ops`` None:
     its default).
     """
-    from analysis.render.files import check_output_folder, output_folder, write_outputs
+    from analysis.render.drawing import Drawing
+    from analysis.render.files import check_output_folder
     from analysis.run.pipeline import analyze
     from analysis.run.select import parse_steps, select_run
 
@@ -180,44 +184,61 @@ def analyze_to(
     _check_detail_syntax(detail_steps)
     files = resolve_traces(traces, reporter)
     pmap = _phase_map(phase_map, all_ranges, strip_args)
-    reporter.begin(len(files))
-    result = analyze(
-        files,
-        phase_map=pmap,
-        power_files=power_files,
-        idle_power_w=idle_power_w,
-        progress=reporter.detail,
-        jobs=jobs,
-        engine=engine,
-        on_file_done=reporter.file_done,
-        **({"chunk_ops": chunk_ops} if chunk_ops else {}),
-        spill_dir=spill_dir,
-        force_combine=force_combine,
-    )
-    if spec is not None:
-        result = select_run(result, spec)
-    result = _invoked(result, command_line, phase_map, top_kernels)
-    with ExitStack() as on_error:
-        on_error.callback(result.close)
-        if figures and detail_steps:
-            from analysis.render.power_figure import check_detail_steps
+    with ExitStack() as stack:
+        # started now, the drawing workers import matplotlib while the traces are read
+        drawing = stack.enter_context(Drawing(draw_workers)) if figures else None
+        reporter.begin(len(files))
+        result = analyze(
+            files,
+            phase_map=pmap,
+            power_files=power_files,
+            idle_power_w=idle_power_w,
+            progress=reporter.detail,
+            jobs=jobs,
+            engine=engine,
+            on_file_done=reporter.file_done,
+            **({"chunk_ops": chunk_ops} if chunk_ops else {}),
+            spill_dir=spill_dir,
+            force_combine=force_combine,
+        )
+        with ExitStack() as on_error:
+            on_error.callback(result.close)
+            if spec is not None:
+                result = select_run(result, spec)
+            result = _invoked(result, command_line, phase_map, top_kernels)
+            if drawing is not None and detail_steps:
+                from analysis.render.power_figure import check_detail_steps
 
-            check_detail_steps(result.steps, detail_steps)  # before anything is written
-        reporter.stage("writing outputs")
-        with output_folder(out) as session:  # afterwards out holds this run's files only
-            written = session.add(write_outputs(result, out, top_kernels=top_kernels))
-            if figures:
-                from analysis.render.figures import write_figures  # matplotlib only when drawing
-
-                reporter.stage("drawing figures")
-                written += session.add(
-                    write_figures(result, out / "figures", detail_steps=detail_steps)
-                )
-            tables, drawn = envelope_files(result, out, table=True, figure=figures)
-            written += session.add(tables + drawn)
-            written += session.add(gpu_metrics_files(result, out, reporter))
-        on_error.pop_all()
+                check_detail_steps(result.steps, detail_steps)  # before anything is written
+            written = _write_analysis(result, out, drawing, top_kernels, detail_steps, reporter)
+            on_error.pop_all()
     return AnalysisOutputs(result, written)
+
+
+def _write_analysis(
+    result: Analysis,
+    out: Path,
+    drawing: Drawing | None,
+    top_kernels: int | None,
+    detail_steps: str | None,
+    reporter: Reporter,
+) -> list[Path]:
+    """``analyze``'s tables, and its figures drawn meanwhile by ``drawing``, into ``out``."""
+    from analysis.render.figure_tasks import phase_figure_tasks
+    from analysis.render.files import output_folder, write_outputs
+
+    reporter.stage("writing outputs")
+    with output_folder(out) as session:  # afterwards out holds this run's files only
+        if drawing is not None:
+            for task in phase_figure_tasks(result, out / "figures", detail_steps=detail_steps):
+                drawing.draw(task)
+        written = session.add(write_outputs(result, out, top_kernels=top_kernels))
+        written += session.add(envelope_files(result, out, table=True, drawing=drawing))
+        written += session.add(gpu_metrics_files(result, out, reporter))
+        if drawing is not None:
+            reporter.stage("drawing figures")
+            written += session.add(drawing.drawn())
+    return written
 
 
 def find_lengths(inputs: Sequence[Path]) -> Path | None:
@@ -244,6 +265,7 @@ def build_report(
     command_line: Sequence[str] | None = None,
     steps: str | None = None,
     detail_steps: str | None = None,
+    draw_workers: int = 0,
     reporter: Reporter = QUIET,
 ) -> list[Path]:
     """Write report.html and report.md (and the figures) of one run to ``out``: ``report``.
@@ -252,9 +274,11 @@ def build_report(
     with ``command_line`` in the provenance). ``lengths``: response-length records (default:
     :func:`find_lengths`) add length, straggler and energy-per-token sections; ``cap`` is the
     rollout's max response length. ``steps``: report only these steps (:mod:`analysis.run.select`);
-    ``detail_steps``: the steps of the power detail figure (same syntax).
+    ``detail_steps``: the steps of the power detail figure (same syntax); ``draw_workers``: as
+    :func:`analyze_to`'s.
     """
-    from analysis.render.figures import write_figures
+    from analysis.render.drawing import Drawing
+    from analysis.render.figure_tasks import phase_figure_tasks
     from analysis.render.files import (
         TABLE_NAMES,
         check_output_folder,
@@ -267,13 +291,16 @@ def build_report(
     check_output_folder(out)  # before a long analysis, not after it
     _check_detail_syntax(detail_steps)
     folder = analysis_folder(inputs)
-    with open_run(
-        inputs,
-        idle_power_w=idle_power_w,
-        force_combine=force_combine,
-        steps=steps,
-        reporter=reporter,
-    ) as result:
+    with (
+        Drawing(draw_workers) as drawing,  # its workers import matplotlib while the run is read
+        open_run(
+            inputs,
+            idle_power_w=idle_power_w,
+            force_combine=force_combine,
+            steps=steps,
+            reporter=reporter,
+        ) as result,
+    ):
         if detail_steps:
             from analysis.render.power_figure import check_detail_steps
 
@@ -281,23 +308,21 @@ def build_report(
         # out ends up holding this run's files only; an analysis drawn from out itself stays
         keep = TABLE_NAMES if folder is not None and same_folder(folder, out) else ()
         with output_folder(out, keep=keep) as session:
+            for task in phase_figure_tasks(result, out / "figures", detail_steps=detail_steps):
+                drawing.draw(task)
             if folder is None:
                 reporter.stage("writing outputs")
                 session.add(write_outputs(_invoked(result, command_line, None, 10), out))
                 session.add(gpu_metrics_files(result, out, reporter))
-            reporter.stage("drawing figures")
-            figures = session.add(write_figures(result, out / "figures", detail_steps=detail_steps))
-            tables, drawn = envelope_files(
-                result, out, table=folder is None, figure=True, saved=folder
+            session.add(
+                envelope_files(result, out, table=folder is None, drawing=drawing, saved=folder)
             )
-            session.add(tables)
-            figures += session.add(drawn)
             sections = _kernel_sections(result, folder)
             length_dir = lengths or find_lengths(inputs)
             if length_dir is not None:
-                more, drawn = _length_sections(result, length_dir, cap, out / "figures")
-                sections += more
-                figures += session.add(drawn)
+                sections += length_sections(result, length_dir, cap, out / "figures", drawing)
+            reporter.stage("drawing figures")
+            figures = session.add(drawing.drawn())
             return session.add(write_report(result, out, figures, sections))
 
 
@@ -321,26 +346,6 @@ def _kernel_sections(result: Analysis, folder: Path | None) -> list[Section]:
     from analysis.render.kernels_by_phase import kernel_sections
 
     return kernel_sections(result, folder)
-
-
-def _length_sections(
-    result: Analysis, length_dir: Path, cap: int | None, figures: Path
-) -> tuple[list[Section], list[Path]]:
-    """The report's length sections and their figures."""
-    from analysis.render.length_figures import length_cdf, length_heatmap, straggler_timeline
-    from analysis.workload.lengths import length_stats, read_packed_lengths
-    from analysis.workload.stragglers import energy_per_token, generation_tails
-
-    responses = read_packed_lengths([length_dir])
-    stats = length_stats(responses, cap=cap)
-    tails = generation_tails(result, stats)
-    sections: list[Section] = [
-        ("Response lengths per step", stats),
-        ("Rollout stragglers", tails),
-        ("Energy per generated token", energy_per_token(result, stats)),
-    ]
-    drawn = length_cdf(responses, figures, cap=cap) + length_heatmap(responses, figures, cap=cap)
-    return sections, drawn + straggler_timeline(tails, figures)
 
 
 def compare_to(

@@ -1,7 +1,7 @@
 """Figures of a run comparison (:func:`analysis.workload.compare.compare_runs`'s summary table).
 
-One figure per metric on a fixed canvas (:data:`FIGSIZE` inches, PNG at :data:`DPI` dpi and
-SVG), whatever the number of phases: horizontal bars, one per run, phases top to bottom in
+One figure per metric on a fixed canvas (:data:`FIGSIZE` inches, PNG at
+:data:`analysis.render.figures.DPI` dpi and SVG), whatever the number of phases: horizontal bars, one per run, phases top to bottom in
 execution order. The window scheme (the driver's phases) and the projection scheme (the
 workers' ranges) get separate panels; ``step`` gets its own panel and axis, so it does not
 dwarf its phases. Bars are medians over steps, whiskers p10–p90 over steps; the legend and
@@ -11,7 +11,6 @@ dwarf its phases. Bars are medians over steps, whiskers p10–p90 over steps; th
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -21,19 +20,16 @@ from matplotlib.patches import Patch
 
 from analysis.aggregate.steps import STEP_METRICS
 from analysis.model import PROJECTION, WINDOW
-from analysis.render.figures import plt
-from analysis.render.files import atomic_write
+from analysis.render.figures import plt, save_figure
 
 #: most phases drawn per panel (the largest by the metric); all of them go to the tables
 MAX_PANEL_PHASES = 20
-#: the canvas of every comparison figure (inches) and its PNG resolution
+#: the canvas of every comparison figure (inches)
 FIGSIZE = (7.5, 5.0)
-DPI = 200
 #: one colour per run, in the runs' order (colour-blind-safe Okabe–Ito)
 RUN_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442")
 #: longest phase label drawn (longer names are cut with …)
 LABEL_CHARS = 30
-_METADATA: dict[str, dict[str, str | None]] = {"png": {}, "svg": {"Date": None}}
 
 
 def compare_caption(metric: str, whole_capture: bool = False) -> str:
@@ -51,18 +47,6 @@ def compare_caption(metric: str, whole_capture: bool = False) -> str:
         f"ranges (projection scheme: the work they launched). At most {MAX_PANEL_PHASES} "
         "phases per panel (the largest); compare.csv has them all."
     )
-
-
-def _save(fig: plt.Figure, out: Path, stem: str) -> list[Path]:
-    """``stem``.png (:data:`DPI` dpi) and .svg under ``out``, atomically; closes ``fig``."""
-
-    def writer(ext: str) -> Callable[[Path], None]:
-        return lambda p: fig.savefig(p, format=ext, dpi=DPI, metadata=_METADATA[ext])
-
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [atomic_write(out / f"{stem}.{ext}", writer(ext)) for ext in ("png", "svg")]
-    plt.close(fig)
-    return paths
 
 
 def _largest(rows: pl.DataFrame, max_phases: int) -> tuple[list[str], int]:
@@ -177,5 +161,5 @@ def comparison_figures(
         if rows.is_empty():
             continue
         fig = _metric_figure(rows, runs, metric, whole_capture, max_phases)
-        written += _save(fig, out, f"compare_{metric}")
+        written += save_figure(fig, out, f"compare_{metric}")
     return written

@@ -39,7 +39,12 @@ def _total(data: pl.DataFrame, *columns: str) -> float:
     return sum(cast(float, data[column].sum()) for column in columns)
 
 
-_METADATA: dict[str, dict[str, str | None]] = {"png": {}, "svg": {"Date": None}}
+#: savefig's options per format: no SVG date (same inputs, same bytes); PNG at zlib level 1,
+#: since level 6 spent a sixth of all drawing time compressing for files about a third smaller
+_SAVE_OPTIONS: dict[str, dict[str, Any]] = {
+    "png": {"pil_kwargs": {"compress_level": 1}},
+    "svg": {"metadata": {"Date": None}},
+}
 DPI = 200
 #: Every phase figure's canvas (inches), whatever the number of steps, phases and GPUs.
 CANVAS = (8.0, 4.0)
@@ -58,7 +63,7 @@ def save_figure(fig: plt.Figure, out: Path, stem: str) -> list[Path]:
     """Write ``fig`` as ``stem``.png (at :data:`DPI`) and .svg under ``out`` (atomically); close it."""
 
     def writer(ext: str) -> Callable[[Path], None]:
-        return lambda p: fig.savefig(p, format=ext, dpi=DPI, metadata=_METADATA[ext])
+        return lambda p: fig.savefig(p, format=ext, dpi=DPI, **_SAVE_OPTIONS[ext])
 
     paths = [atomic_write(out / f"{stem}.{ext}", writer(ext)) for ext in ("png", "svg")]
     plt.close(fig)
@@ -336,25 +341,21 @@ def energy_per_phase_device(
     return _finish(fig, ax, keys, out, "energy_per_phase_device", title)
 
 
+def energy_figure(phase_devices: pl.DataFrame, phases: pl.DataFrame, out: Path) -> list[Path]:
+    """:func:`energy_per_phase_device` with the phases in their execution order."""
+    return energy_per_phase_device(phase_devices, out, execution_order(phases))
+
+
 def write_figures(
     analysis: Analysis, out: str | Path, *, detail_steps: str | None = None
 ) -> list[Path]:
-    """Every figure the analysis has data for, PNG and SVG, under ``out``.
+    """Every figure the analysis has data for, PNG and SVG, under ``out`` (in this process).
 
     ``detail_steps``: the steps of ``power_timeline_detail`` (a ``--steps`` spec; default: the
-    median-duration and the longest step); see :mod:`analysis.render.power_figure`.
+    median-duration and the longest step); see :mod:`analysis.render.power_figure`. The CLI
+    draws the same tasks in worker processes (:mod:`analysis.render.drawing`).
     """
-    # imported here: power_figure uses this module's save_figure
-    from analysis.render.power_figure import power_timeline, power_timeline_detail
+    from analysis.render.drawing import draw_here
+    from analysis.render.figure_tasks import phase_figure_tasks
 
-    out = Path(out)
-    phases = analysis.phases
-    return [
-        *phase_time_per_step(phases, out),
-        *phase_share(phases, out),
-        *busy_idle_per_phase(phases, out),
-        *data_movement_per_phase(phases, out),
-        *energy_per_phase_device(analysis.phase_devices, out, execution_order(phases)),
-        *power_timeline(phases, analysis.power_samples, out),
-        *power_timeline_detail(phases, analysis.power_samples, analysis.steps, out, detail_steps),
-    ]
+    return draw_here(phase_figure_tasks(analysis, Path(out), detail_steps=detail_steps))

@@ -1,0 +1,80 @@
+"""Which figures a run gets, as tasks for :class:`~analysis.render.drawing.Drawing`.
+
+Nothing here imports matplotlib: the tasks name their drawing functions, which the worker
+processes (or :func:`~analysis.render.drawing.draw_here`) import.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from analysis.render.drawing import FigureTask
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from analysis.model import Analysis
+
+_FIGURES = "analysis.render.figures"
+_LENGTHS = "analysis.render.length_figures"
+
+
+def phase_figure_tasks(
+    analysis: Analysis, out: Path, *, detail_steps: str | None = None
+) -> list[FigureTask]:
+    """The phase figures (time, share, busy/idle, data movement, energy) and the power timelines.
+
+    In the order a report shows them. The power samples travel once, in one task drawing both
+    power figures (they are the only large table a figure needs).
+    """
+    phases = analysis.phases
+    tasks = [
+        FigureTask(f"{_FIGURES}:{name}", (phases, out))
+        for name in (
+            "phase_time_per_step",
+            "phase_share",
+            "busy_idle_per_phase",
+            "data_movement_per_phase",
+        )
+    ]
+    tasks.append(FigureTask(f"{_FIGURES}:energy_figure", (analysis.phase_devices, phases, out)))
+    samples = analysis.power_samples
+    if samples is not None and not samples.is_empty():
+        tasks.append(
+            FigureTask(
+                f"{__name__}:power_figures", (phases, samples, analysis.steps, out, detail_steps)
+            )
+        )
+    return tasks
+
+
+def envelope_task(envelope: pl.DataFrame, out: Path) -> FigureTask:
+    """``figures/power_envelope``: see :func:`analysis.render.envelope.power_envelope_figure`."""
+    return FigureTask("analysis.render.envelope:power_envelope_figure", (envelope, out))
+
+
+def length_figure_tasks(
+    responses: pl.DataFrame, tails: pl.DataFrame, out: Path, cap: int | None
+) -> list[FigureTask]:
+    """The response-length CDF and heatmap and the straggler timeline."""
+    return [
+        FigureTask(f"{_LENGTHS}:length_cdf", (responses, out), {"cap": cap}),
+        FigureTask(f"{_LENGTHS}:length_heatmap", (responses, out), {"cap": cap}),
+        FigureTask(f"{_LENGTHS}:straggler_timeline", (tails, out)),
+    ]
+
+
+def power_figures(
+    phases: pl.DataFrame,
+    samples: pl.DataFrame,
+    steps: pl.DataFrame,
+    out: Path,
+    detail_steps: str | None = None,
+) -> list[Path]:
+    """Both power figures, from one copy of the samples: the overview, then the detail."""
+    from analysis.render.power_figure import power_timeline, power_timeline_detail
+
+    return power_timeline(phases, samples, out) + power_timeline_detail(
+        phases, samples, steps, out, detail_steps
+    )
