@@ -6,8 +6,8 @@ rasterizing, and importing matplotlib another 0.35 s; a run has 4 to 12 figures.
 trace is read; it takes figure tasks when their tables are ready and draws them side by side
 while the caller writes its tables. The caller never imports matplotlib.
 
-Workers are *spawned*, not forked: a fork after Polars has started its thread pool can deadlock
-the child. A task names its function (``"module:function"``) and carries only aggregated tables
+Workers are forked from a fork server (spawned where there is none), never from this process:
+a fork after Polars has started its thread pool can deadlock the child. A task names its function (``"module:function"``) and carries only aggregated tables
 (a few MB at most, the power samples aside), so sending it costs little.
 
 With one core, or ``NVTX_PHASES_DRAW_WORKERS=0``, figures are drawn in this process instead.
@@ -88,10 +88,6 @@ def _warm() -> None:
         importlib.import_module(module)
 
 
-def _run(task: FigureTask) -> list[Path]:
-    return task()
-
-
 class Drawing:
     """Figure tasks run by worker processes started now (or in this process: ``workers=0``).
 
@@ -117,13 +113,13 @@ class Drawing:
     def _feed(self) -> None:
         try:
             self._pool = _context().Pool(self.workers, initializer=_warm)
-        except OSError:  # no processes to be had (limits, a sandbox): drawn here instead
+        except Exception:  # no processes to be had (limits, a sandbox): drawn here instead
             self._pool = None
         while (task := self._tasks.get()) is not None:
             if self._pool is None:
                 self._here.append(task)
             else:
-                self._results.append(self._pool.apply_async(_run, (task,)))
+                self._results.append(self._pool.apply_async(task))
 
     def draw(self, task: FigureTask) -> None:
         """Start drawing ``task`` (in this process, at once, without workers)."""
@@ -144,7 +140,7 @@ class Drawing:
         self._fed()
         paths = [path for files in self._drawn for path in files]
         paths += [path for result in self._results for path in result.get()]
-        paths += draw_here(self._here)
+        paths += [path for task in self._here for path in task()]
         self._drawn, self._results, self._here = [], [], []
         return paths
 
@@ -170,8 +166,3 @@ class Drawing:
         tb: TracebackType | None,
     ) -> None:
         self.close(wait=exc_type is None)
-
-
-def draw_here(tasks: list[FigureTask]) -> list[Path]:
-    """Run ``tasks`` in this process, in order (what ``Drawing(workers=0)`` does)."""
-    return [path for task in tasks for path in task()]

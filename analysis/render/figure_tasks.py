@@ -1,7 +1,7 @@
 """Which figures a run gets, as tasks for :class:`~analysis.render.drawing.Drawing`.
 
 Nothing here imports matplotlib: the tasks name their drawing functions, which the worker
-processes (or :func:`~analysis.render.drawing.draw_here`) import.
+processes (or this one, without workers) import.
 """
 
 from __future__ import annotations

@@ -20,7 +20,6 @@ from matplotlib.colors import to_rgba
 from matplotlib.patches import Patch
 
 from analysis.aggregate.step_stack import OTHER, step_phases, step_stack
-from analysis.model import Analysis
 from analysis.normalize.devices import device_label
 from analysis.render.files import atomic_write
 from nvtx_phases.naming import phase_color
@@ -344,18 +343,3 @@ def energy_per_phase_device(
 def energy_figure(phase_devices: pl.DataFrame, phases: pl.DataFrame, out: Path) -> list[Path]:
     """:func:`energy_per_phase_device` with the phases in their execution order."""
     return energy_per_phase_device(phase_devices, out, execution_order(phases))
-
-
-def write_figures(
-    analysis: Analysis, out: str | Path, *, detail_steps: str | None = None
-) -> list[Path]:
-    """Every figure the analysis has data for, PNG and SVG, under ``out`` (in this process).
-
-    ``detail_steps``: the steps of ``power_timeline_detail`` (a ``--steps`` spec; default: the
-    median-duration and the longest step); see :mod:`analysis.render.power_figure`. The CLI
-    draws the same tasks in worker processes (:mod:`analysis.render.drawing`).
-    """
-    from analysis.render.drawing import draw_here
-    from analysis.render.figure_tasks import phase_figure_tasks
-
-    return draw_here(phase_figure_tasks(analysis, Path(out), detail_steps=detail_steps))

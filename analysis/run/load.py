@@ -124,10 +124,11 @@ def _op_batches(
         for kind, spec in OP_TABLES.items():
             for batch in export.batches(spec, BATCH_ROWS):
                 rows = gpu_op_rows(kind, batch, strings, label=raw.label, identities=identities)
-                forward = rows.filter(pl.col("end_ns") >= pl.col("start_ns"))
-                if forward.height < rows.height:
-                    backwards[kind] += rows.height - forward.height
-                yield forward
+                n_backwards = int((rows["end_ns"] < rows["start_ns"]).sum())
+                if n_backwards:  # filtered only then: no copy of every well-formed batch
+                    backwards[kind] += n_backwards
+                    rows = rows.filter(pl.col("end_ns") >= pl.col("start_ns"))
+                yield rows
     finally:
         export.close()
 
