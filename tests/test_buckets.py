@@ -4,7 +4,9 @@ import polars as pl
 import pytest
 from nvtxp_testkit import SAMPLES, SPLIT_SAMPLE, assert_same_analysis, shared_trace
 
+from analysis.errors import OutputError
 from analysis.run.pipeline import analyze, bucket_edges
+from analysis.run.spill import ActivityWriter
 
 
 @pytest.mark.parametrize(
@@ -73,3 +75,20 @@ def test_bucketed_activity_is_one_file_copied_whole_or_streamed_when_filtered(tm
         step2 = pl.read_parquet(tmp_path / "step2" / "gpu_activity.parquet").sort("op_id")
         assert_frame_equal(one, many)
         assert_frame_equal(one.filter(pl.col("window_step") == 2), step2)
+
+
+def test_activity_writer_keeps_frames_in_order_on_its_thread(tmp_path):
+    path = tmp_path / "activity.parquet"
+    writer = ActivityWriter(path)
+    for lo in range(0, 300_000, 100_000):
+        writer.write(pl.DataFrame({"op_id": pl.int_range(lo, lo + 100_000, eager=True)}))
+    writer.close()
+    writer.close()  # idempotent
+    assert pl.read_parquet(path)["op_id"].to_list() == list(range(300_000))
+
+
+def test_activity_writer_error_reaches_the_caller(tmp_path):
+    writer = ActivityWriter(tmp_path / "gone" / "activity.parquet")  # no such folder
+    writer.write(pl.DataFrame({"op_id": [1, 2]}))
+    with pytest.raises(OutputError, match=r"spill folder .*gone: cannot write activity\.parquet"):
+        writer.close()

@@ -22,6 +22,21 @@ def test_union_of_nested_and_touching_intervals():
     assert union_length(frame, ["g"])["busy_ns"].to_list() == [15]
 
 
+def test_union_does_not_carry_reach_from_one_group_into_the_next():
+    # sorted by (seg, dev, start), each group's first interval starts before the end of the
+    # group just before it: a running maximum leaking across groups would count it as covered
+    frame = pl.DataFrame(
+        {
+            "seg": [1, 1, 2, None, 1, None],
+            "dev": ["a", "b", "a", "a", "a", "a"],
+            "start_ns": [0, 10, 5, 50, 200, 0],
+            "end_ns": [100, 20, 6, 60, 210, 100],
+        }
+    )
+    got = union_length(frame, ["seg", "dev"])
+    assert got.rows() == [(None, "a", 100), (1, "a", 110), (1, "b", 10), (2, "a", 1)]
+
+
 def test_split_pieces_add_up_to_each_interval():
     boundaries = pl.Series([10, 20, 30])
     ops = pl.DataFrame(
