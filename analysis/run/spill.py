@@ -170,9 +170,9 @@ class ActivityWriter:
 
     Polars writes a file in one call; pyarrow's writer appends. The writing runs on a thread of
     its own (pyarrow releases the GIL), so the next bucket is attributed while this one is
-    encoded: at 10M operations the writes took 2.7 s of the main thread. At most one frame
-    waits for the thread (memory stays about one bucket's rows). Imported only here: runs that
-    fit one bucket never need it.
+    encoded: at 10M operations the writes took 2.7 s of the main thread. One frame at a time is
+    with the thread (see :meth:`write`). Imported only here: runs that fit one bucket never need
+    it.
     """
 
     def __init__(self, path: Path) -> None:
@@ -189,30 +189,42 @@ class ActivityWriter:
         writer: Any = None
         try:
             while (frame := self._frames.get()) is not None:
-                if self._error is not None:
-                    continue  # drain: the caller learns of the error at its next call
-                table = frame.to_arrow(compat_level=pl.CompatLevel.oldest())  # any pyarrow >= 14
                 try:
-                    if writer is None:
-                        writer = pq.ParquetWriter(self.path, table.schema, compression="lz4")
-                    writer.write_table(table, row_group_size=65_536)
-                except OSError as exc:
-                    self._error = OutputError(
-                        f"spill folder {self.path.parent}: cannot write {self.path.name} "
-                        f"({exc}); free space there or pass --spill-dir elsewhere"
-                    )
-                except Exception as exc:  # raised in the caller's thread, never lost
-                    self._error = exc
+                    if self._error is None:  # else drain: the caller learns of it next call
+                        writer = self._append(pq, writer, frame)
+                finally:
+                    del frame  # not held while waiting for the next one
+                    self._frames.task_done()
         finally:
             if writer is not None:
                 writer.close()
+
+    def _append(self, pq: Any, writer: Any, frame: pl.DataFrame) -> Any:
+        table = frame.to_arrow(compat_level=pl.CompatLevel.oldest())  # any pyarrow >= 14
+        try:
+            if writer is None:
+                writer = pq.ParquetWriter(self.path, table.schema, compression="lz4")
+            writer.write_table(table, row_group_size=65_536)
+        except OSError as exc:
+            self._error = OutputError(
+                f"spill folder {self.path.parent}: cannot write {self.path.name} "
+                f"({exc}); free space there or pass --spill-dir elsewhere"
+            )
+        except Exception as exc:  # raised in the caller's thread, never lost
+            self._error = exc
+        return writer
 
     def _raise(self) -> None:
         if self._error is not None:
             raise self._error
 
     def write(self, frame: pl.DataFrame) -> None:
-        """Append ``frame`` (same columns and types every time); returns once it is queued."""
+        """Append ``frame`` (same columns and types every time).
+
+        Returns once the previous frame is written and this one handed over: one frame in
+        flight, so memory holds at most two buckets' rows (this one, the caller's next).
+        """
+        self._frames.join()
         self._raise()
         self._frames.put(frame)
 
