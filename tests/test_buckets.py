@@ -1,5 +1,7 @@
 """Memory-bounded analysis: spilled, bucketed runs give exactly the single-pass result."""
 
+import sys
+
 import polars as pl
 import pytest
 from nvtxp_testkit import SAMPLES, SPLIT_SAMPLE, assert_same_analysis, shared_trace
@@ -91,4 +93,16 @@ def test_activity_writer_error_reaches_the_caller(tmp_path):
     writer = ActivityWriter(tmp_path / "gone" / "activity.parquet")  # no such folder
     writer.write(pl.DataFrame({"op_id": [1, 2]}))
     with pytest.raises(OutputError, match=r"spill folder .*gone: cannot write activity\.parquet"):
+        writer.close()
+
+
+def test_activity_writer_without_pyarrow_raises_instead_of_waiting(tmp_path, monkeypatch):
+    # pyarrow made unimportable: the thread must still take every frame, so no write() hangs
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    writer = ActivityWriter(tmp_path / "activity.parquet")
+    with pytest.raises(ImportError):  # at a write or at close, as the thread's import falls
+        for op_id in range(3):
+            writer.write(pl.DataFrame({"op_id": [op_id]}))
+        writer.close()
+    with pytest.raises(ImportError):
         writer.close()

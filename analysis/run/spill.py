@@ -10,6 +10,7 @@ about ``chunk_ops`` operations; :mod:`analysis.run.pipeline` then takes them bac
 from __future__ import annotations
 
 import hashlib
+import importlib
 import queue
 import threading
 from collections.abc import Iterable
@@ -184,9 +185,12 @@ class ActivityWriter:
         self._thread.start()
 
     def _run(self) -> None:
-        import pyarrow.parquet as pq
-
         writer: Any = None
+        pq: Any = None
+        try:
+            pq = importlib.import_module("pyarrow.parquet")
+        except Exception as exc:  # the thread must keep draining, or write() would wait forever
+            self._error = exc
         try:
             while (frame := self._frames.get()) is not None:
                 try:
