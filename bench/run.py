@@ -33,6 +33,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from analysis.normalize.events import OP_TABLES
 from analysis.synth.build import SynthConfig, generate
 from bench.memcap import Cap, memory_cap
 from bench.report import print_results
@@ -55,13 +56,11 @@ def check_export(path: Path) -> Path:
     2,500 kernels per phase), which every timing here would silently have been measured on.
     """
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
+        tables = {name for (name,) in con.execute("SELECT name FROM sqlite_master")}
         backwards = sum(
-            con.execute(f"SELECT COUNT(*) FROM {table} WHERE end < start").fetchone()[0]
-            for table in (
-                "CUPTI_ACTIVITY_KIND_KERNEL",
-                "CUPTI_ACTIVITY_KIND_MEMCPY",
-                "CUPTI_ACTIVITY_KIND_MEMSET",
-            )
+            con.execute(f"SELECT COUNT(*) FROM {spec.name} WHERE end < start").fetchone()[0]
+            for spec in OP_TABLES.values()  # the tables analyze reads operations from
+            if spec.name in tables
         )
     if backwards:
         raise SystemExit(f"{path}: {backwards:,} operations end before they start; delete it")

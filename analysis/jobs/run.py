@@ -171,8 +171,8 @@ def analyze_to(
     (:mod:`analysis.run.select`); ``strip_args``: cut PyTorch's argument suffixes off range
     names; ``detail_steps``: the steps of the power detail figure (same syntax; checked against
     the run's steps before anything is written); ``draw_workers``: processes drawing the figures
-    meanwhile (0: here; see :mod:`analysis.render.drawing`). The other options are :func:`analysis.run.pipeline.analyze`'s (``chunk_ops`` None:
-    its default).
+    meanwhile (0: here; see :mod:`analysis.render.drawing`). The other options are
+    :func:`analysis.run.pipeline.analyze`'s (``chunk_ops`` None: its default).
     """
     from analysis.render.drawing import Drawing
     from analysis.render.files import check_output_folder

@@ -1,10 +1,10 @@
 """Figures of a run comparison (:func:`analysis.workload.compare.compare_runs`'s summary table).
 
 One figure per metric on a fixed canvas (:data:`FIGSIZE` inches, PNG at
-:data:`analysis.render.figures.DPI` dpi and SVG), whatever the number of phases: horizontal bars, one per run, phases top to bottom in
-execution order. The window scheme (the driver's phases) and the projection scheme (the
-workers' ranges) get separate panels; ``step`` gets its own panel and axis, so it does not
-dwarf its phases. Bars are medians over steps, whiskers p10–p90 over steps; the legend and
+:data:`analysis.render.figures.DPI` dpi and SVG), whatever the number of phases: horizontal
+bars, one per run, phases top to bottom in execution order. The window scheme (the driver's
+phases) and the projection scheme (the workers' ranges) get separate panels; ``step`` gets its
+own panel and axis, so it does not dwarf its phases. Bars are medians over steps, whiskers p10–p90 over steps; the legend and
 :func:`compare_caption` say so.
 """
 

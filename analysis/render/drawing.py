@@ -7,8 +7,9 @@ trace is read; it takes figure tasks when their tables are ready and draws them 
 while the caller writes its tables. The caller never imports matplotlib.
 
 Workers are forked from a fork server (spawned where there is none), never from this process:
-a fork after Polars has started its thread pool can deadlock the child. A task names its function (``"module:function"``) and carries only aggregated tables
-(a few MB at most, the power samples aside), so sending it costs little.
+a fork after Polars has started its thread pool can deadlock the child. A task names its
+function (``"module:function"``) and carries only aggregated tables (a few MB at most, the
+power samples aside), so sending it costs little.
 
 With one core, or ``NVTX_PHASES_DRAW_WORKERS=0``, figures are drawn in this process instead.
 Library calls draw here unless given workers: a spawned process imports the caller's main

@@ -175,7 +175,7 @@ class OutputSession:
         self._names: set[str] = set()
 
     def add(self, paths: Iterable[Path]) -> list[Path]:
-        """Record files written under the folder (e.g. figures drawn by worker processes); returns them."""
+        """Record files written under the folder (figures drawn by workers too); returns them."""
         paths = list(paths)
         for path in paths:
             name = _relative_name(Path(path), self.out)

@@ -180,22 +180,22 @@ class ActivityWriter:
         self.path = path
         self._frames: queue.Queue[pl.DataFrame | None] = queue.Queue(maxsize=1)
         self._error: Exception | None = None
+        self._pq: Any = None  # pyarrow.parquet, imported by the thread
         # a daemon: a run that fails before close() must not hang the interpreter at exit
         self._thread = threading.Thread(target=self._run, name="nvtx-phases-activity", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         writer: Any = None
-        pq: Any = None
         try:
-            pq = importlib.import_module("pyarrow.parquet")
+            self._pq = importlib.import_module("pyarrow.parquet")
         except Exception as exc:  # the thread must keep draining, or write() would wait forever
             self._error = exc
         try:
             while (frame := self._frames.get()) is not None:
                 try:
                     if self._error is None:  # else drain: the caller learns of it next call
-                        writer = self._append(pq, writer, frame)
+                        writer = self._append(writer, frame)
                 finally:
                     del frame  # not held while waiting for the next one
                     self._frames.task_done()
@@ -203,11 +203,11 @@ class ActivityWriter:
             if writer is not None:
                 writer.close()
 
-    def _append(self, pq: Any, writer: Any, frame: pl.DataFrame) -> Any:
+    def _append(self, writer: Any, frame: pl.DataFrame) -> Any:
         table = frame.to_arrow(compat_level=pl.CompatLevel.oldest())  # any pyarrow >= 14
         try:
             if writer is None:
-                writer = pq.ParquetWriter(self.path, table.schema, compression="lz4")
+                writer = self._pq.ParquetWriter(self.path, table.schema, compression="lz4")
             writer.write_table(table, row_group_size=65_536)
         except OSError as exc:
             self._error = OutputError(
