@@ -275,6 +275,10 @@ class Analysis:
     summary: RunSummary
     #: Power samples on the run's clock (``device, t_ns, power_w, energy_mj``), if any.
     power_samples: pl.DataFrame | None = None
+    #: One row per phase range (``rid, trace, pid, tid, gtid, name, domain, canonical, path,
+    #: level, step, attribution, start_ns, end_ns``); None when read back from a folder of a
+    #: version that did not write ``ranges.parquet``.
+    ranges: pl.DataFrame | None = None
     #: Temporary folder owned by this result (removed by :meth:`close`), if any.
     workdir: Path | None = field(default=None, repr=False, compare=False)
 

@@ -26,6 +26,7 @@ CPU_RUN_FILES = {
     "phases.parquet",
     "phases.csv",
     "phase_devices.parquet",
+    "ranges.parquet",
     "gpu_activity.parquet",
     "kernels.csv",
     "kernels_by_phase.csv",

@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -31,6 +32,24 @@ from analysis.model import PROJECTION, THREAD, WINDOW, EnergyTotals, GpuTotals
 from analysis.normalize.events import OPS_SCHEMA
 from analysis.normalize.launches import CALL_COLUMNS
 from analysis.run.spill import ACTIVITY_FILE, ActivityWriter
+
+#: the columns of :attr:`Attributed.ranges` (and ``ranges.parquet``)
+RANGE_COLUMNS = (
+    "rid",
+    "trace",
+    "pid",
+    "tid",
+    "gtid",
+    "name",
+    "domain",
+    "canonical",
+    "path",
+    "level",
+    "step",
+    "attribution",
+    "start_ns",
+    "end_ns",
+)
 
 
 @dataclass(frozen=True)
@@ -58,6 +77,13 @@ class Attributed:
     n_devices: int
     warnings: list[str]
     power_samples: pl.DataFrame | None
+    #: one row per phase range (``RANGE_COLUMNS``): what the timeline draws slice by slice
+    ranges: pl.DataFrame
+
+    def tables(self) -> dict[str, Any]:
+        """The frames an :class:`~analysis.model.Analysis` takes as they are."""
+        names = ("phases", "phase_devices", "gpu_activity", "kernels", "steps", "power_samples")
+        return {name: getattr(self, name) for name in (*names, "ranges")}
 
 
 def attribute_buckets(
@@ -137,6 +163,7 @@ def attribute_buckets(
             *_conservation_warning(gpu),
         ],
         power_samples=power.samples if power is not None else None,
+        ranges=phases.select(RANGE_COLUMNS).sort("rid"),
     )
 
 

@@ -58,14 +58,22 @@ _ENERGY_UNITS = ((1e6, "MJ"), (1e3, "kJ"), (1.0, "J"))
 _QS = (0.1, 0.5, 0.9)  # p10, median, p90
 
 
-def save_figure(fig: plt.Figure, out: Path, stem: str) -> list[Path]:
-    """Write ``fig`` as ``stem``.png (at :data:`DPI`) and .svg under ``out`` (atomically); close it."""
+def save_figure(
+    fig: plt.Figure, out: Path, stem: str, data: pl.DataFrame | None = None
+) -> list[Path]:
+    """Write ``fig`` as ``stem``.png (at :data:`DPI`) and .svg under ``out`` (atomically); close it.
+
+    ``data``: exactly the numbers the figure draws (bars, lines, whiskers, bins), written beside
+    it as ``stem``.csv so a paper can re-plot them and a test can check them.
+    """
 
     def writer(ext: str) -> Callable[[Path], None]:
         return lambda p: fig.savefig(p, format=ext, dpi=DPI, **_SAVE_OPTIONS[ext])
 
     paths = [atomic_write(out / f"{stem}.{ext}", writer(ext)) for ext in ("png", "svg")]
     plt.close(fig)
+    if data is not None:
+        paths.append(atomic_write(out / f"{stem}.csv", data.write_csv))
     return paths
 
 

@@ -38,6 +38,7 @@ TABLE_NAMES = (
     "phases.parquet",
     "phases.csv",
     "phase_devices.parquet",
+    "ranges.parquet",
     "gpu_activity.parquet",
     "kernels.csv",
     "kernels_by_phase.csv",
@@ -291,7 +292,8 @@ def write_outputs(
             atomic_write, out / "gpu_activity.parquet", _activity_writer(analysis)
         )
         written = _small_tables(analysis, out, top_kernels, write_kernels_by_phase)
-        written.insert(3, activity.result())
+        # after phases, phases.csv, phase_devices (and ranges): TABLE_NAMES' order
+        written.insert(3 + (analysis.ranges is not None), activity.result())
     return written
 
 
@@ -306,6 +308,11 @@ def _small_tables(
         atomic_write(out / "phases.parquet", analysis.phases.write_parquet),
         atomic_write(out / "phases.csv", analysis.phases.write_csv),
         atomic_write(out / "phase_devices.parquet", analysis.phase_devices.write_parquet),
+        *(
+            [atomic_write(out / "ranges.parquet", analysis.ranges.write_parquet)]
+            if analysis.ranges is not None
+            else []
+        ),
         atomic_write(
             out / "kernels.csv",
             analysis.kernels.with_columns(pl.col("op_class").cast(pl.String)).write_csv,
@@ -367,6 +374,7 @@ def load_analysis(folder: str | Path) -> Analysis:
             "run `nvtx-phases analyze` first"
         )
     power = folder / "power_samples.parquet"
+    ranges = folder / "ranges.parquet"
     activity = folder / "gpu_activity.parquet"
     summary = folder / "summary.json"
     return Analysis(
@@ -382,4 +390,5 @@ def load_analysis(folder: str | Path) -> Analysis:
             json.loads(summary.read_text(encoding="utf-8")), source=str(summary)
         ),
         power_samples=pl.read_parquet(power) if power.exists() else None,
+        ranges=pl.read_parquet(ranges) if ranges.exists() else None,
     )

@@ -192,13 +192,8 @@ def _analyze(
         power_files=[str(p) for p in power_paths],
     )
     return Analysis(
-        phases=attributed.phases,
-        phase_devices=attributed.phase_devices,
-        gpu_activity=attributed.gpu_activity,
-        kernels=attributed.kernels,
-        steps=attributed.steps,
+        **attributed.tables(),
         summary=summary,
-        power_samples=attributed.power_samples,
         workdir=work if activity_dir is not None and activity_dir.exists() else None,
     )
 

@@ -147,6 +147,9 @@ def select_steps(analysis: Analysis, spec: str | StepSpec) -> Analysis:
         analysis,
         phases=phases,
         phase_devices=analysis.phase_devices.filter(pl.col("step").is_in(chosen).fill_null(False)),
+        ranges=None
+        if analysis.ranges is None
+        else analysis.ranges.filter(pl.col("step").is_in(chosen).fill_null(False)),
         gpu_activity=activity,
         kernels=_kernels(activity, analysis.kernels),
         steps=steps,
