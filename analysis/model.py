@@ -62,7 +62,16 @@ class GpuDevice:
 
 @dataclass(frozen=True)
 class GpuTotals:
-    """GPU time and counts over the whole run; attributed and unattributed measured separately."""
+    """GPU time and counts over the whole run; attributed and unattributed measured separately.
+
+    ``total_gpu_ns`` and the counts come from the operations as read; ``attributed_gpu_ns``
+    (window, innermost phase wins) and ``projection_attributed_gpu_ns`` (top-level projection
+    ranges) from the sums the phase rows are built from; the unattributed parts from the
+    operations as read (outside every window-timeline range; launched inside no projection
+    range of their thread, or without a launching call). ``gpu_time_conserved``: both schemes'
+    two parts add up to the total (see :mod:`analysis.attribute.conservation`); a ``--steps``
+    selection keeps the whole run's verdict.
+    """
 
     total_gpu_ns: int
     attributed_gpu_ns: int

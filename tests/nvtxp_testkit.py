@@ -27,7 +27,12 @@ TRACES = SHARED / "traces"
 
 def shared_trace(name: str) -> Path:
     """A real export from ../shared/traces (CI has that folder; skip where it is absent)."""
-    path = TRACES / name
+    return shared_path(f"traces/{name}")
+
+
+def shared_path(relative: str) -> Path:
+    """A file or folder of ../shared (skip where absent; fail where CI requires ../shared)."""
+    path = SHARED / relative
     if not path.exists():
         if os.environ.get("NVTX_PHASES_REQUIRE_SHARED") == "1":
             pytest.fail(f"{path} is required here (NVTX_PHASES_REQUIRE_SHARED=1) but missing")

@@ -78,9 +78,9 @@ def _capture(monkeypatch) -> list:
     kept: list = []
     real = figures.save_figure
 
-    def save(fig, out: Path, stem: str):
+    def save(fig, out: Path, stem: str, data=None):
         kept.append(fig)
-        return real(fig, out, stem)
+        return real(fig, out, stem, data=data)
 
     monkeypatch.setattr(figures, "save_figure", save)
     return kept
@@ -114,7 +114,7 @@ def test_whatif_figure_fixed_canvas_binned_legend_outside(
 ):
     kept = _capture(monkeypatch)
     paths = whatif_figure(_whatif_table(n_steps), tmp_path)
-    assert [p.name for p in paths] == ["whatif_per_step.png", "whatif_per_step.svg"]
+    assert [p.name for p in paths][:2] == ["whatif_per_step.png", "whatif_per_step.svg"]
     assert Image.open(paths[0]).size == (1600, 800)
     (ax,) = kept[0].axes
     lines = {line.get_label(): len(line.get_xdata()) for line in ax.get_lines()}
@@ -195,3 +195,33 @@ def test_power_envelope_node_bars_in_phase_colours_nodes_by_hatch(tmp_path, monk
 
 def phase_color_hex(name: str) -> str:
     return f"#{phase_color(name) & 0xFFFFFF:06x}"
+
+
+def test_power_envelope_data_past_8_gpus_is_over_the_gpus(tmp_path):
+    envelope = _envelope(16, 3).with_columns(
+        (pl.col("p50_w") + pl.col("device").cast(pl.Float64, strict=False).fill_null(0)).alias(
+            "p50_w"
+        )
+    )
+    paths = power_envelope_figure(envelope, tmp_path)
+    assert [p.suffix for p in paths] == [".png", ".svg", ".csv"]
+    data = pl.read_csv(paths[2], infer_schema_length=None)
+    gpus = data.filter(pl.col("panel") == "gpus")
+    assert gpus["path"].to_list() == ["step/p0", "step/p1", "step/p2"]
+    for row in gpus.iter_rows(named=True):
+        mine = [
+            r
+            for r in envelope.iter_rows(named=True)
+            if r["scope"] == "gpu" and r["path"] == row["path"]
+        ]
+        p50 = sorted(r["p50_w"] for r in mine)
+        assert row["n_gpus"] == 16
+        assert row["p50_w"] == pytest.approx((p50[7] + p50[8]) / 2)  # median of 16
+        assert (row["lowest_p50_w"], row["highest_max_w"]) == (
+            p50[0],
+            max(r["max_w"] for r in mine),
+        )
+    nodes = data.filter(pl.col("panel") == "node")
+    assert nodes.select("path", "host", "p50_w", "energy_share_pct", "ramp_w_per_ms").rows() == [
+        (f"step/p{i}", "h", 100.0 + i, 5.0, 2.0) for i in range(3)
+    ]

@@ -116,14 +116,16 @@ def test_compare_without_steps_compares_the_whole_capture(tmp_path):
     # one row per table; no power samples: no energy or power table
     assert [line for line in text.splitlines() if line.startswith("### ")] == [
         "### wall time (ms)",
-        "### GPU busy (%)",
+        "### GPU busy (projection: own launches) (%)",
+        "### process GPU busy (projection) (%)",
+        "### kernel time (ms)",
         "### NCCL kernel time (ms)",
         "### memcpy time (ms)",
         "### memcpy volume (MB)",
     ]
-    assert text.count(f"| {name} | projection |") == 5
+    assert text.count(f"| {name} | projection |") == 7
     # the whole capture: one value per run, no spread; equal runs differ by 0 (0%)
-    assert f"| {name} | projection | 428.6 | 428.6 | +0.0 | +0.0% |" in text
+    assert f"| {name} | projection | 428.6 | 428.6 | 0 | 0% |" in text  # never "+0.0" or "-0.000"
     # figures draw the 30 largest phases, not 16,726
     assert (out / "figures" / "compare_wall_ms.png").exists()
 
@@ -355,7 +357,8 @@ def test_lengths_analyze_without_the_fit_extra(tmp_path):
         "note: length fits skipped: they need scipy and scikit-learn "
         "(pip install 'nvtx-phases[fit]'); --no-fit skips them quietly"
     )
-    assert done.stdout.splitlines()[-1] == f"wrote 7 files to {out}/"
+    # the tables, and length_cdf and length_heatmap as PNG, SVG and the CSV of what they draw
+    assert done.stdout.splitlines()[-1] == f"wrote 9 files to {out}/"
     assert sorted(p.name for p in out.glob("*.csv")) == [
         "length_drift.csv",
         "length_stats.csv",

@@ -79,6 +79,6 @@ def test_cli_figures_drawn_by_workers_equal_figures_drawn_here(tmp_path, monkeyp
             "power_timeline_detail",
             "power_envelope",
         )
-        for ext in ("png", "svg")
+        for ext in ("png", "svg", "csv")  # each figure's numbers beside it
     )
     assert outs["2"] == outs["0"]

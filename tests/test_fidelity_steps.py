@@ -175,3 +175,46 @@ def test_a_step_range_cut_at_the_capture_end_is_not_scored(runs, tmp_path):
     overall = 100 - sum(3 * abs(e) for s, e in expected.items() if s != "step") / 11
     assert summary["overall_accuracy_pct"] == pytest.approx(overall, abs=1e-9)
     assert "Not scored: step 3 step: a range of it ends exactly at the end" in to_markdown(summary)
+
+
+def test_same_run_check_quiet_on_one_run_and_names_what_differs(runs, tmp_path):
+    from analysis.workload.fidelity import mismatch_warning
+
+    numbered, _, _ = runs
+    times = _window_times(numbered)
+    log = _verl_log(tmp_path / "same.log", times, [(1, 1), (2, 2), (3, 3)])
+    _, summary = compare_with_log(numbered, read_verl_log(log))
+    ratios = sorted(1 + k for k in OFFSETS.values() for _ in range(3))
+    assert summary["same_run"]["different_runs"] is False and mismatch_warning(summary) is None
+    # trace ÷ logged = 1 / (1 + offset): the median of the 12 pairs
+    median = (1 / ratios[5] + 1 / ratios[6]) / 2
+    assert summary["same_run"]["median_time_ratio"] == pytest.approx(median, rel=1e-12)
+    assert not to_markdown(summary).startswith("**Warning:**")
+    # a log of more steps than the capture holds (a capture of some steps): a note, no warning
+    longer = log.read_text() + "(TaskRunner pid=7) step:4 - timing_s/gen:1.0 - timing_s/step:2.0\n"
+    (tmp_path / "longer.log").write_text(longer)
+    _, summary = compare_with_log(numbered, read_verl_log(tmp_path / "longer.log"))
+    assert summary["same_run"]["different_runs"] is False
+    assert "Note: the log times 4 steps, the trace holds 3: only the steps in both" in to_markdown(
+        summary
+    )
+    # a log of fewer steps than the trace: named, even with exact times
+    shorter = _verl_log(tmp_path / "short.log", times, [(1, 1), (2, 2)])
+    _, summary = compare_with_log(numbered, read_verl_log(shorter))
+    assert mismatch_warning(summary) == (
+        "the log and the trace look like different runs: the trace has 3 step(s), the log "
+        "times 2: trace step(s) 3 have no timers in the log"
+    )
+    # a log whose times are 3× the trace's: accuracy and the time ratio both say so
+    tripled = {key: value * 3 for key, value in times.items()}
+    far = _verl_log(tmp_path / "far.log", tripled, [(1, 1), (2, 2), (3, 3)])
+    _, summary = compare_with_log(numbered, read_verl_log(far))
+    errors = [abs(1 / (3 * (1 + k)) - 1) * 100 for k in OFFSETS.values()]
+    accuracy = 100 - sum(errors) / len(errors)
+    assert summary["overall_accuracy_pct"] == pytest.approx(accuracy, abs=1e-9)
+    assert summary["same_run"]["median_time_ratio"] == pytest.approx(median / 3, rel=1e-12)
+    assert summary["same_run"]["reasons"] == [
+        f"overall accuracy {accuracy:.2f}% (under 50%)",
+        f"the trace's times are {median / 3:.3g}× the log's (median over 12 pairs; one run "
+        "gives about 1×, the limit is 2× either way)",
+    ]

@@ -19,7 +19,7 @@ def kept_figures(monkeypatch):
     """Keep each drawn figure open (save_figure closes it) so its artists can be inspected."""
     kept = []
 
-    def save(fig, out, stem):
+    def save(fig, out, stem, data=None):
         kept.append(fig)
         out.mkdir(parents=True, exist_ok=True)
         path = Path(out) / f"{stem}.png"
@@ -118,3 +118,34 @@ def test_heatmap_pools_steps_beyond_100_and_ticks_round_steps(tmp_path, kept_fig
     assert many.get_xlim() == (0, 1000)
     assert few.collections[0].get_array().shape == (40, 21)
     assert [t.get_text() for t in few.get_xticklabels()] == [str(s) for s in range(2, 21, 2)]
+
+
+def test_heatmap_data_pools_columns_and_each_share_counts_its_responses(tmp_path):
+    responses = _responses(250)  # 100 columns of 2 or 3 consecutive steps
+    data = pl.read_csv(length_heatmap(responses, tmp_path)[2], infer_schema_length=None)
+    cells = data.filter(pl.col("kind") == "cell")
+    assert cells["column"].n_unique() == 100 and "cap" not in data["kind"].to_list()
+    last_edge = cells["length_high_tokens"].max()
+    for (column,), rows in cells.partition_by("column", as_dict=True).items():
+        first, last = rows["first_step"][0], rows["last_step"][0]
+        assert last - first + 1 == (2 if column % 2 else 3)  # step k in column k * 100 // 250
+        lengths = responses.filter(pl.col("step").is_between(first, last))["output_len"].to_list()
+        assert set(rows["n_responses"]) == {len(lengths)}
+        for low, high, share in rows.select(
+            "length_low_tokens", "length_high_tokens", "share_of_responses"
+        ).rows():
+            n = sum(low <= x < high or (high == last_edge and x == high) for x in lengths)
+            assert share == pytest.approx(n / len(lengths))
+
+
+def test_straggler_data_is_each_ranks_tail_and_the_slowest_and_median_generation(tmp_path):
+    tails = _tails(4, ["a:0", "a:1", "a:2"])
+    data = pl.read_csv(straggler_timeline(tails, tmp_path)[2], infer_schema_length=None)
+    heat = data.filter(pl.col("kind") == "idle_tail")
+    assert heat.select("step", "pid", "idle_tail_ms").rows() == [
+        (s, 1000 + r, float(20 - 10 * r)) for s in range(1, 5) for r in range(3)
+    ]
+    gen = data.filter(pl.col("kind") == "generation")
+    assert gen.select("step", "gen_slowest_ms", "gen_median_ms").rows() == [
+        (s, 120.0, 110.0) for s in range(1, 5)
+    ]

@@ -273,3 +273,44 @@ def test_reward_timings_written_from_recorded_lengths(tmp_path):
         (0, 2.5, 40, 30),
         (1, 2.5, 400, 300),
     ]
+
+
+def test_cap_inferred_only_from_a_pile_up_at_the_longest_length(tmp_path):
+    from analysis.workload.lengths import resolve_cap
+
+    # 100 responses, 2 at the longest (2%): a cap; validation rollouts are not counted
+    write_step(tmp_path, 1, [(0, 10, [*range(1, 99), 500, 500])])
+    with (tmp_path / "packed_lengths_step_1.jsonl").open("a") as file:
+        file.write(
+            '{"step": 1, "rank": 0, "dp_rank": 0, "input": 5, "output": [900, 900], '
+            '"validate": true}\n'
+        )
+    rows = read_packed_lengths([tmp_path])
+    choice = resolve_cap(rows)
+    assert (choice.value, choice.source, choice.n_at_longest, choice.n_responses) == (
+        500,
+        "inferred",
+        2,
+        100,
+    )
+    assert choice.text() == "cap 500 (inferred: 2.0% of responses at the maximum)"
+    stats = length_stats(rows)
+    assert stats.select("frac_at_cap", "cap", "cap_source").row(0) == (
+        0.02,
+        500,
+        "inferred: 2.0% of responses at the maximum",
+    )
+    # an explicit cap wins, even one no response reaches
+    assert length_stats(rows, cap=600).select("frac_at_cap", "cap", "cap_source").row(0) == (
+        0.0,
+        600,
+        "given",
+    )
+    # one response at the longest is chance, even where it is 2% of 50
+    write_step(tmp_path, 1, [(0, 10, [*range(1, 50), 500])])
+    choice = resolve_cap(read_packed_lengths([tmp_path]))
+    assert choice.value is None and choice.n_at_longest == 1
+    assert length_stats(read_packed_lengths([tmp_path]))["frac_at_cap"].to_list() == [None]
+    # 1 at the longest of 200 (0.5%) after 2 of 200 below it: no cap either
+    write_step(tmp_path, 1, [(0, 10, [*range(1, 198), 400, 400, 401])])
+    assert resolve_cap(read_packed_lengths([tmp_path])).value is None

@@ -8,6 +8,7 @@ progress-bar lines; ``file_logger_ppo.jsonl`` is its file logger's ``{"step": N,
 
 from __future__ import annotations
 
+import json
 import pprint
 import struct
 from pathlib import Path
@@ -20,6 +21,7 @@ from typer.testing import CliRunner
 from analysis.cli import app
 from analysis.errors import WorkloadInputError
 from analysis.jobs import Reporter, logs_to
+from analysis.render.verl_logs import share_bars
 from analysis.workload import verl_logs as wl
 
 DATA = Path(__file__).parent / "data" / "verl_logs"
@@ -45,9 +47,10 @@ def _expected(timers: dict[int, list[tuple[str, float]]]) -> pl.DataFrame:
 
 
 def _tables(*paths: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``phase_times`` without its ``source`` column, and the steps table."""
     values = wl.latest_values(wl.read_logs(list(paths)))
     times = wl.phase_times(values)
-    return times, wl.steps_table(values, times)
+    return times.drop("source"), wl.steps_table(values, times)
 
 
 def _console_line(step: int, metrics: dict[str, object]) -> str:
@@ -246,7 +249,7 @@ def test_resumed_run_later_file_wins_whole_step(tmp_path):
     notes: list[str] = []
     done = logs_to([first, second], tmp_path / "out", reporter=Reporter(note=notes.append))
     assert_frame_equal(
-        done.phase_times,
+        done.phase_times.drop("source"),
         _expected(
             {
                 1: [("gen", 1.0), ("save_checkpoint", 0.5), ("step", 2.0)],
@@ -276,8 +279,9 @@ def test_cli_end_to_end_and_the_figure_size_does_not_grow(tmp_path):
     assert result.exit_code == 0, result.output
     assert "VeRL phase times: 3 steps (1–3)" in result.output
     assert "50.0%" in result.output and "other (not timed)" in result.output
-    times = pl.read_csv(out / "phase_times.csv", schema=wl.PHASE_TIMES_SCHEMA)
-    assert_frame_equal(times, _expected(CONSOLE_TIMERS))
+    times = pl.read_csv(out / "phase_times.csv", schema=wl.PHASE_TIMES_COLUMNS)
+    assert_frame_equal(times.drop("source"), _expected(CONSOLE_TIMERS))
+    assert times["source"].to_list() == [f"timing_s/{p}" for p in times["phase"]]
     assert pl.read_csv(out / "steps.csv")["perf/throughput"][0] == 1992.3478260869565
     assert "| gen | 3 | 7.000 | 6.400–7.800 | 50.0% |" in (out / "phase_summary.md").read_text()
     small = _png_size(out / "figures" / "phase_share.png")
@@ -294,8 +298,160 @@ def test_cli_end_to_end_and_the_figure_size_does_not_grow(tmp_path):
     big = runner.invoke(app, ["logs", str(long), "--out", str(tmp_path / "long")])
     assert big.exit_code == 0, big.output
     assert _png_size(tmp_path / "long" / "figures" / "phase_share.png") == small == (2000, 1000)
-    shares, bars = wl.share_bars(wl.phase_times(wl.latest_values(wl.read_logs([long]))))
+    shares, bars = share_bars(wl.phase_times(wl.latest_values(wl.read_logs([long]))))
     assert bars.height == 40 and bars["n_steps"].to_list() == [5] * 40
     assert bars["label"][0] == "1–5"
     per_bar = shares.group_by("bar").agg(pl.col("share").sum())["share"]
     assert per_bar.to_list() == pytest.approx([1.0] * 40, rel=1e-12)
+    drawn = pl.read_csv(tmp_path / "long" / "figures" / "phase_share.csv")  # binned: whiskers
+    assert drawn["bar"].n_unique() == 40
+    first = drawn.filter(pl.col("bar") == 0)  # steps 1–5: step times 9, 10, 11, 12, 13 s
+    assert first["step_s"].unique().to_list() == [11.0]
+    assert first["step_p10_s"].unique().to_list() == pytest.approx([9.4])
+    assert first["step_p90_s"].unique().to_list() == pytest.approx([12.6])
+    gen = first.filter(pl.col("phase") == "gen")["share_pct"].item()
+    assert gen == pytest.approx(100 * (6 + 7 + 8 + 9 + 10) / (9 + 10 + 11 + 12 + 13), rel=1e-12)
+
+
+# --- VeRL 0.1: timing/<stage> keys and no step timer -------------------------------------------
+
+#: a real GPU run's first two steps as VeRL 0.1's quickstart shows them (docs/start/quickstart.rst
+#: at tag v0.1): the keys in the order its ray_trainer.fit logged them, a few other metrics kept
+QUICKSTART = {
+    0: {"timing/gen": 21.470, "timing/ref": 4.360, "timing/values": 5.800,
+        "actor/reward_kl_penalty": 0.000, "timing/adv": 0.109, "timing/update_critic": 15.664,
+        "critic/vf_loss": 14.947, "critic/lr(1e-4)": 0.100, "timing/update_actor": 20.314,
+        "actor/pg_loss": -0.005, "critic/score/mean": 0.004, "response_length/mean": 239.133},
+    1: {"timing/gen": 23.020, "timing/ref": 4.322, "timing/values": 5.953,
+        "actor/reward_kl_penalty": 0.000, "timing/adv": 0.118, "timing/update_critic": 15.646,
+        "critic/vf_loss": 18.472, "critic/lr(1e-4)": 0.100, "timing/update_actor": 20.526,
+        "actor/pg_loss": 0.000, "critic/score/mean": 0.000, "response_length/mean": 232.242},
+}  # fmt: skip
+
+
+def _v01_line(step: int, metrics: dict[str, float]) -> str:
+    """What VeRL 0.1's console logger printed: ``concat_dict_to_str`` in
+    verl/utils/logger/aggregate_logger.py at tag v0.1, ``f'{k}:{v:.3f}'`` per number."""
+    return " - ".join([f"step:{step}", *(f"{k}:{v:.3f}" for k, v in metrics.items())])
+
+
+def _v01_log(tmp_path: Path) -> Path:
+    log = tmp_path / "verl_demo.log"
+    lines = [f"(main_task pid=2741) {_v01_line(s, m)}" for s, m in QUICKSTART.items()]
+    log.write_text(
+        "Using LocalLogger is deprecated. The constructor API will change \n"
+        + "\n".join(lines)
+        + "\n"
+    )
+    return log
+
+
+def _timers_by_hand(metrics: dict[str, float]) -> dict[str, float]:
+    """The stage timers of one step, as printed (3 decimals), parsed without the module."""
+    return {
+        k.split("/", 1)[1]: float(f"{v:.3f}") for k, v in metrics.items() if k.startswith("timing/")
+    }
+
+
+def test_verl_01_log_gets_a_step_row_summed_from_its_stage_timers(tmp_path):
+    notes: list[str] = []
+    done = logs_to([_v01_log(tmp_path)], tmp_path / "out", reporter=Reporter(note=notes.append))
+    written = pl.read_csv(tmp_path / "out" / "phase_times.csv", schema=wl.PHASE_TIMES_COLUMNS)
+    assert_frame_equal(written, done.phase_times)
+    for step, metrics in QUICKSTART.items():
+        timers = _timers_by_hand(metrics)
+        rows = written.filter(pl.col("step") == step)
+        stages = rows.filter(pl.col("phase") != "step")
+        assert dict(zip(stages["phase"], stages["seconds"], strict=True)) == timers
+        assert stages["source"].to_list() == [f"timing/{p}" for p in timers]
+        whole = rows.filter(pl.col("phase") == "step").row(0, named=True)
+        assert whole["seconds"] == pytest.approx(sum(timers.values()), rel=1e-12)
+        assert whole["source"] == wl.SUMMED == "sum of stage timers"
+    assert rows["phase"].to_list()[-1] == "step"  # the step row last, as with a step timer
+    assert any("no step timer" in n and "steps 0, 1" in n for n in notes)
+    # the time between stages is not seen: no "other (not timed)" row, no 0 pretending to be one
+    assert wl.OTHER not in done.summary["phase"].to_list()
+    assert "Note: no step timer" in (tmp_path / "out" / "phase_summary.md").read_text()
+    assert "critic/lr(1e-4)" in done.steps.columns
+
+
+def test_verl_01_log_then_whatif(tmp_path):
+    # before: "error: …/phase_times.csv: no rows of phase 'step' (the step's own time)"
+    logs = tmp_path / "logs"
+    assert runner.invoke(app, ["logs", str(_v01_log(tmp_path)), "--out", str(logs)]).exit_code == 0
+    done = runner.invoke(
+        app, ["whatif", str(logs), "--out", str(tmp_path / "w")], terminal_width=200
+    )
+    assert done.exit_code == 0, done.output
+    assert "no step timer in steps 0:1" in done.output
+    table = pl.read_csv(tmp_path / "w" / "whatif.csv")
+    (g0, s0), (g1, s1) = (
+        (t["gen"], sum(t.values())) for t in map(_timers_by_hand, QUICKSTART.values())
+    )
+    overlap = table.filter(
+        (pl.col("bound") == "overlap_gen_train") & (pl.col("variant") == "separate_gpus")
+    )
+    # the pipeline: step 0's gen alone, step 0's rest beside step 1's gen, step 1's rest alone
+    assert overlap["bound_s"].sum() == pytest.approx(g0 + max(g1, s0 - g0) + (s1 - g1), abs=1e-9)
+    gaps = table.filter(pl.col("bound") == "no_transitions")
+    assert gaps["bound_s"].is_null().all()
+    assert gaps["assumption"].str.starts_with("not available: no step timer logged").all()
+
+
+@pytest.mark.parametrize("flat", [False, True])
+def test_json_lines_with_timing_keys_get_a_step_row_and_a_whatif(tmp_path, flat):
+    log = tmp_path / "old.jsonl"
+    records = [
+        {"timing/gen": 4.0, "timing/update_actor": 2.5},
+        {"timing/gen": 3.0, "timing/update_actor": 2.0},
+    ]
+    log.write_text(
+        "\n".join(
+            json.dumps({"step": s, **r} if flat else {"step": s, "data": r})
+            for s, r in enumerate(records, start=1)
+        )
+    )
+    logs = tmp_path / "logs"
+    assert runner.invoke(app, ["logs", str(log), "--out", str(logs)]).exit_code == 0
+    times = pl.read_csv(logs / "phase_times.csv", schema=wl.PHASE_TIMES_COLUMNS)
+    steps = times.filter(pl.col("phase") == "step")
+    assert steps.rows() == [(1, "step", 6.5, wl.SUMMED), (2, "step", 5.0, wl.SUMMED)]
+    done = runner.invoke(app, ["whatif", str(logs), "--out", str(tmp_path / "w")])
+    assert done.exit_code == 0, done.output
+    table = pl.read_csv(tmp_path / "w" / "whatif.csv").filter(pl.col("variant") == "separate_gpus")
+    assert table["bound_s"].to_list() == [4.0 + max(3.0, 2.5), 2.0]
+
+
+@pytest.mark.parametrize("fixture", [CONSOLE, JSONL])
+def test_timing_s_logs_keep_their_step_timer_and_give_a_whatif(tmp_path, fixture):
+    logs = tmp_path / "logs"
+    assert runner.invoke(app, ["logs", str(fixture), "--out", str(logs)]).exit_code == 0
+    times = pl.read_csv(logs / "phase_times.csv", schema=wl.PHASE_TIMES_COLUMNS)
+    steps = times.filter(pl.col("phase") == "step")
+    assert steps["source"].to_list() == ["timing_s/step"] * steps.height
+    done = runner.invoke(app, ["whatif", str(logs), "--out", str(tmp_path / "w")])
+    assert done.exit_code == 0, done.output
+    table = pl.read_csv(tmp_path / "w" / "whatif.csv")
+    assert table.filter(pl.col("variant") == "separate_gpus")["bound_s"].null_count() == 0
+
+
+def test_share_figure_writes_the_numbers_it_draws(tmp_path):
+    out = tmp_path / "out"
+    assert runner.invoke(app, ["logs", str(CONSOLE), "--out", str(out)]).exit_code == 0
+    drawn = pl.read_csv(out / "figures" / "phase_share.csv", schema_overrides={"label": pl.String})
+    assert drawn.columns == [
+        "bar", "label", "n_steps", "phase", "share_pct", "step_s", "step_p10_s", "step_p90_s",
+    ]  # fmt: skip
+    for step, timers in CONSOLE_TIMERS.items():  # one bar per step: its timers over its step
+        seconds = dict(timers)
+        bar = drawn.filter(pl.col("label") == str(step))
+        heights = dict(zip(bar["phase"], bar["share_pct"], strict=True))
+        for phase, value in seconds.items():
+            if phase != "step":
+                assert heights[phase] == pytest.approx(100 * value / seconds["step"], rel=1e-12)
+        assert heights.get("save_checkpoint", 0.0) == (100 * 3.0 / 17.5 if step == 2 else 0.0)
+        timed = sum(v for k, v in seconds.items() if k != "step")
+        assert heights[wl.OTHER] == pytest.approx(100 * (seconds["step"] - timed) / seconds["step"])
+        assert sum(heights.values()) == pytest.approx(100.0, rel=1e-12)
+        assert bar["step_s"].unique().to_list() == [seconds["step"]]
+    assert drawn["step_p10_s"].is_null().all()  # whiskers only for bins of steps

@@ -36,6 +36,8 @@ CPU_RUN_FILES = {
     "figures/phase_share.svg",
     "figures/phase_time_per_step.png",
     "figures/phase_time_per_step.svg",
+    "figures/phase_share.csv",
+    "figures/phase_time_per_step.csv",
 }
 POWER_FILES = {
     "power_samples.parquet",
@@ -48,6 +50,15 @@ POWER_FILES = {
     "power_envelope.csv",
     "figures/power_envelope.png",
     "figures/power_envelope.svg",
+    *(
+        f"figures/{stem}.csv"
+        for stem in (
+            "power_timeline",
+            "power_timeline_detail",
+            "energy_per_phase_device",
+            "power_envelope",
+        )
+    ),
 }
 DROP_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
 
@@ -101,7 +112,7 @@ def test_first_run_wrote_power_outputs(rerun):
     gpu_figures = {
         f"figures/{stem}.{ext}"
         for stem in ("busy_idle_per_phase", "data_movement_per_phase")
-        for ext in ("png", "svg")
+        for ext in ("png", "svg", "csv")
     }
     assert after_first == CPU_RUN_FILES | POWER_FILES | gpu_figures | {MANIFEST, "notes.txt"}
 

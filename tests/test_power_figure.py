@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import polars as pl
 import pytest
 from matplotlib.collections import PolyCollection
@@ -10,16 +11,14 @@ from nvtxp_testkit import SAMPLES
 from PIL import Image
 from typer.testing import CliRunner
 
+from analysis.aggregate.step_stack import default_detail_steps, resolve_detail_steps, step_windows
 from analysis.cli import app
 from analysis.errors import InputError
 from analysis.render.power_figure import (
-    default_detail_steps,
     detail_figure,
     overview_figure,
     power_timeline,
     power_timeline_detail,
-    resolve_detail_steps,
-    step_windows,
 )
 
 PHASES = ("gen", "reward", "update_actor")
@@ -66,10 +65,9 @@ def test_same_canvas_at_3_and_600_steps(tmp_path):
         written = power_timeline(phases, samples, out)
         written += power_timeline_detail(phases, samples, steps, out)
         assert [p.name for p in written] == [
-            "power_timeline.png",
-            "power_timeline.svg",
-            "power_timeline_detail.png",
-            "power_timeline_detail.svg",
+            f"{stem}.{ext}"
+            for stem in ("power_timeline", "power_timeline_detail")
+            for ext in ("png", "svg", "csv")
         ]
         sizes |= {
             _png_size(out / "power_timeline.png"),
@@ -81,7 +79,7 @@ def test_same_canvas_at_3_and_600_steps(tmp_path):
 @pytest.mark.parametrize("n_steps", [3, 600])
 def test_overview_has_one_line_per_gpu_and_one_ribbon_collection_per_phase(n_steps):
     phases, _, samples = _run(n_steps, 8)
-    fig = overview_figure(phases, samples)
+    fig, _ = overview_figure(phases, samples)
     ribbon, ax = fig.axes[:2]
     assert [line.get_label() for line in ax.get_lines()] == [f"GPU run:{g}" for g in range(8)]
     assert len(ribbon.collections) == len(PHASES)
@@ -95,7 +93,7 @@ def test_overview_has_one_line_per_gpu_and_one_ribbon_collection_per_phase(n_ste
 
 def test_overview_bins_whole_steps_past_the_sample_limit():
     phases, _, samples = _run(600, 8, interval_ns=MS // 4)  # 76,800 samples per GPU
-    fig = overview_figure(phases, samples)
+    fig, _ = overview_figure(phases, samples)
     ax = fig.axes[1]
     # 1,800 driver phases, more than 2 x 300 bins: 300 bins of 2 whole steps, one point each
     assert {len(line.get_xdata()) for line in ax.get_lines()} == {300}
@@ -106,7 +104,7 @@ def test_overview_bins_whole_steps_past_the_sample_limit():
 
 def test_overview_bins_phases_when_there_are_few():
     phases, _, samples = _run(60, 2, interval_ns=MS // 4)  # 7,680 samples per GPU
-    fig = overview_figure(phases, samples)
+    fig, _ = overview_figure(phases, samples)
     ax = fig.axes[1]
     # 180 driver phases: one bin each (start to the next phase's start), x at the bin's centre
     lines = ax.get_lines()
@@ -121,7 +119,7 @@ def test_overview_bins_phases_when_there_are_few():
 
 def test_detail_x_limits_cover_only_the_chosen_steps():
     phases, steps, samples = _run(5, 2, step_ms=[30, 40, 50, 60, 70])
-    fig = detail_figure(phases, samples, steps, {2: "chosen", 4: "chosen"})
+    fig, _ = detail_figure(phases, samples, steps, {2: "chosen", 4: "chosen"})
     ribbons, panels = fig.axes[:2], fig.axes[2:]  # a row of ribbons over a row of panels
     assert [tuple(ax.get_xlim()) for ax in panels] == [(0.0, 40.0), (0.0, 60.0)]
     assert [tuple(ax.get_xlim()) for ax in ribbons] == [(0.0, 40.0), (0.0, 60.0)]
@@ -171,3 +169,46 @@ def test_cli_names_a_missing_detail_step_and_writes_nothing(tmp_path):
     assert result.exit_code == 2
     assert "--detail-steps '2,7': no step 7 (steps available: 1:3)" in result.stderr
     assert not out.exists()
+
+
+def _in_bin(samples: pl.DataFrame, start: int, end: int) -> pl.DataFrame:
+    return samples.filter((pl.col("t_ns") >= start) & (pl.col("t_ns") < end))
+
+
+def test_overview_data_binned_means_and_band_equal_the_samples_in_each_bin(tmp_path):
+    phases, _, samples = _run(60, 2, interval_ns=MS // 4)  # dense: a bin per driver phase
+    power_timeline(phases, samples, tmp_path)
+    data = pl.read_csv(tmp_path / "power_timeline.csv", infer_schema_length=None)
+    lines, band = (data.filter(pl.col("kind") == k) for k in ("gpu", "band"))
+    assert lines.height == 2 * 180 and band.height == 180
+    for row in lines.iter_rows(named=True):
+        rows = _in_bin(
+            samples.filter(pl.col("device") == row["device"]), row["start_ns"], row["end_ns"]
+        )
+        assert row["power_w"] == pytest.approx(sum(rows["power_w"]) / rows.height)
+        assert row["t_ns"] == (row["start_ns"] + row["end_ns"]) // 2
+    for row in band.iter_rows(named=True):
+        rows = _in_bin(samples, row["start_ns"], row["end_ns"])
+        assert (row["power_low_w"], row["power_high_w"]) == (
+            min(rows["power_w"]),
+            max(rows["power_w"]),
+        )
+    # every sample lies in exactly one bin
+    assert (
+        sum(_in_bin(samples, s, e).height for s, e in band.select("start_ns", "end_ns").rows())
+        == samples.height
+    )
+
+
+def test_overview_data_past_10_gpus_is_the_median_of_the_gpus_means(tmp_path):
+    phases, _, samples = _run(3, 12)
+    power_timeline(phases, samples, tmp_path)
+    data = pl.read_csv(tmp_path / "power_timeline.csv", infer_schema_length=None)
+    median = data.filter(pl.col("kind") == "median")
+    assert set(median["label"]) == {"median of 12 GPUs"} and median.height == 9  # a bin per phase
+    for row in median.iter_rows(named=True):
+        rows = _in_bin(samples, row["start_ns"], row["end_ns"])
+        means = [sum(g["power_w"]) / g.height for g in rows.partition_by("device")]
+        p10, p50, p90 = np.percentile(means, [10, 50, 90])
+        got = (row["power_low_w"], row["power_w"], row["power_high_w"])
+        assert got == pytest.approx((p10, p50, p90))

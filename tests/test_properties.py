@@ -197,3 +197,68 @@ def test_results_do_not_depend_on_bucket_edges(run, edges):
     assert a.gpu_activity.collect().sort("op_id").equals(b.gpu_activity.collect().sort("op_id"))
     assert a.kernels.equals(b.kernels)
     assert a.summary == b.summary
+
+
+@st.composite
+def tangled_runs(draw):
+    """One worker thread with start/end ranges that overlap at random (nesting or not), and
+    launches inside, across and outside them."""
+    names = ("update_actor", "compute_log_prob", "compute_values", "generate_sequences")
+    ranges = []
+    for _ in range(draw(st.integers(1, 6))):
+        start = draw(st.integers(0, 400))
+        ranges.append((start, start + draw(st.integers(0, 300)), draw(st.sampled_from(names))))
+    ops = []
+    for corr in range(1, draw(st.integers(1, 12)) + 1):
+        call = draw(st.integers(-20, 720))
+        op_start = call + draw(st.integers(0, 50))
+        ops.append(
+            (call, call + draw(st.integers(0, 40)), op_start, draw(st.integers(0, 60)), corr)
+        )
+    return ranges, ops
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tangled_runs(), st.lists(st.integers(0, 800), max_size=3))
+def test_projection_of_ranges_that_do_not_nest_equals_brute_force(run, edges):
+    ranges, ops = run
+    pid = WORKER0
+    r = pl.DataFrame(
+        [
+            {"trace": "t", "gtid": gtid(pid), "pid": pid, "tid": pid, "start_ns": s, "end_ns": e}
+            | {"name": n, "domain": "", "pushpop": False, "payload": None}
+            for s, e, n in ranges
+        ],
+        schema=RANGES_SCHEMA,
+    )
+    o = pl.DataFrame(
+        [
+            {"trace": "t", "gpid": gtid(pid) & ~0xFFFFFF, "pid": pid, "device": "0", "stream": 7}
+            | {"kind": "kernel", "op_class": "compute", "name": "k", "start_ns": s}
+            | {"end_ns": s + d, "bytes": 0, "correlation_id": corr}
+            for _, _, s, d, corr in ops
+        ],
+        schema=OPS_SCHEMA,
+    ).with_row_index("op_id")
+    c = pl.DataFrame(
+        [
+            {"trace": "t", "gtid": gtid(pid), "pid": pid, "start_ns": cs, "end_ns": ce}
+            | {"correlation_id": corr}
+            for cs, ce, _, _, corr in ops
+        ],
+        schema=RUNTIME_SCHEMA,
+    )
+    o = o.with_columns(pl.col("op_id").cast(pl.Int64))
+    result = attribute_run(r, o, c, default_phase_map(), edges=edges)
+    # NVIDIA's definition, by brute force: a range encloses the launching call
+    enclosed = [any(s <= cs and e >= ce for s, e, _ in ranges) for cs, ce, _, _, _ in ops]
+    held = sum(d for (_, _, _, d, _), inside in zip(ops, enclosed, strict=True) if inside)
+    gpu = result.summary.gpu
+    assert gpu.gpu_time_conserved, result.warnings
+    assert gpu.projection_attributed_gpu_ns == held
+    assert gpu.projection_unattributed_gpu_ns == sum(d for _, _, _, d, _ in ops) - held
+    activity = result.gpu_activity.collect().sort("op_id")
+    assert activity["projection_path"].is_not_null().to_list() == enclosed
+    # every range holds exactly the operations it encloses, whole (rows add ranges of a path)
+    per_range = [sum(d for cs, ce, _, d, _ in ops if s <= cs and e >= ce) for s, e, _ in ranges]
+    assert result.phases["kernel_ns"].sum() == sum(per_range)

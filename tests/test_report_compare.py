@@ -19,7 +19,7 @@ from analysis.render.figures import DPI
 from analysis.render.report import phase_summary, report_tables, to_html, to_markdown, write_report
 from analysis.render.report_findings import what_stands_out
 from analysis.render.report_units import humanize
-from analysis.render.terminal import phase_rich_table
+from analysis.render.terminal import phase_rich_tables
 from analysis.run.pipeline import analyze
 from analysis.workload.compare import compare_runs
 from analysis.workload.stragglers import generation_tails
@@ -101,16 +101,17 @@ def test_report_tables_have_no_ns_and_show_ms(sample):
     # rank 2000's generation starts 5.15 ms into the capture (gen_start_ns 5150000)
     stragglers = tables[1]
     first = dict(zip([c.label for c in stragglers.columns], stragglers.rows()[0], strict=True))
-    assert first["gen start"] == "5.15 ms" and first["idle tail"] == "0.00 ms"
+    assert first["gen start"] == "5.15 ms" and first["idle tail"] == "0 ms"
     assert "<td>5.15 ms</td>" in to_html(sample, [], sections)
 
 
 def test_what_stands_out_on_the_sample(sample):
     findings = what_stands_out(sample, phase_summary(sample.phases))
     assert [f.omitted for f in findings] == [False] * 4
+    # the share is the median of per-step shares (39.5%), not a ratio of medians (24.60/62.58)
     assert findings[0].text == (
-        "step/gen takes the most time: 24.60 ms per step (median; p10–p90 23.64–25.29 ms), "
-        "39% of the step's 62.58 ms."
+        "step/gen takes the most time: 24.60 ms per step (p10–p90 23.64–25.29 ms), "
+        "39.5% of the step (p10–p90 37.8–40.0%); median over steps."
     )
     assert findings[1].text.startswith(
         "step/reward leaves the GPUs idlest: busy 4.6% of its 3.26 ms"
@@ -120,8 +121,8 @@ def test_what_stands_out_on_the_sample(sample):
         "4.40 ms after pid 2001"
     )
     assert findings[3].text == (
-        "step/gen uses the largest share of energy: 18.18 J of the step's 43.36 J "
-        "(42%, medians over steps)."
+        "step/gen uses the largest share of the step's energy: 42.0% (p10–p90 40.3–42.7%), "
+        "18.18 J per step; median over steps."
     )
 
 
@@ -196,7 +197,9 @@ def test_compare_outputs_every_metric_with_percent_and_escapes(sample, tmp_path)
     titles = [line for line in md.splitlines() if line.startswith("### ")]
     assert titles == [
         "### wall time (ms)",
-        "### GPU busy (%)",
+        "### GPU busy (projection: own launches) (%)",
+        "### process GPU busy (projection) (%)",
+        "### kernel time (ms)",
         "### NCCL kernel time (ms)",
         "### memcpy time (ms)",
         "### memcpy volume (MB)",
@@ -208,7 +211,7 @@ def test_compare_outputs_every_metric_with_percent_and_escapes(sample, tmp_path)
     assert row in md
     page = (tmp_path / "compare.html").read_text()
     assert "<script>" not in page and "step/&lt;script&gt;alert(1)&lt;/script&gt;" in page
-    assert page.count("data:image/png;base64,") == 8
+    assert page.count("data:image/png;base64,") == 10  # no CUDA graphs: no GPU time figure
     assert "whiskers span p10–p90 over steps" in page
     csv = pl.read_csv(tmp_path / "compare.csv")
     assert {"diff_pct", "phase_order"} <= set(csv.columns)
@@ -233,19 +236,20 @@ def test_compare_figures_have_a_fixed_canvas(sample, tmp_path):
 
 def _printed(analysis, max_rows: int = 60) -> str:
     console = Console(width=200, record=True)
-    console.print(phase_rich_table(analysis, max_rows=max_rows))
+    for table in phase_rich_tables(analysis, max_rows=max_rows, width=200):
+        console.print(table)
     return console.export_text()
 
 
 def test_terminal_groups_driver_and_workers(sample):
     text = _printed(sample, max_rows=30)
     assert "wind " not in text and " proj " not in text
-    titles = re.findall(r"(driver|worker) · pid (\d+) · (window|projection)", text)
-    assert titles == [
-        ("driver", "1000", "window"),
-        ("worker", "2000", "projection"),
-        ("worker", "2001", "projection"),
-    ]
+    titles = re.findall(r"(driver|worker) · pid (\d+)", text)
+    assert titles == [("driver", "1000"), ("worker", "2000"), ("worker", "2001")]
+    # a table per scheme, each saying what its GPU columns count
+    assert text.index("Phases per step") < text.index("Worker ranges per step (projection)")
+    assert "GPU busy %" in text.split("Worker ranges")[0]
+    assert "busy (own launches) %" in text.split("Worker ranges")[1]
 
 
 def test_terminal_cpu_only_shows_dashes_and_says_why_once(cpu):
@@ -253,7 +257,7 @@ def test_terminal_cpu_only_shows_dashes_and_says_why_once(cpu):
     step_row = next(line for line in text.splitlines() if "│ step " in line)
     assert step_row.count("—") == 7 and "0.00" not in step_row.split("│", 4)[4]
     assert text.count("No GPU activity in these traces (CPU-only capture)") == 1
-    assert "process · pid 8086 · window" in text
+    assert "process · pid 8086" in text
 
 
 # --- make report-shots ----------------------------------------------------------------------------

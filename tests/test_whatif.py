@@ -16,6 +16,7 @@ from analysis.jobs.whatif import inputs_from_analysis, inputs_from_phase_times
 from analysis.render.files import load_analysis
 from analysis.workload.lengths import length_stats, read_packed_lengths
 from analysis.workload.whatif import WhatIfInputs, run_level, whatif_table
+from analysis.workload.whatif_pipeline import dominant_steps
 
 runner = CliRunner()
 SAMPLE = SAMPLES / "grpo_synthetic.sqlite"
@@ -44,35 +45,77 @@ def _row(table, bound, variant, step=1):
 # --- constructed tables ----------------------------------------------------------------------
 
 
-def test_overlap_separate_gpus_is_the_longer_side():
-    # step 1: gen 10 s + train 6 s; step 2: gen 12 s + train 6 s (the last step uses its own gen)
+def test_overlap_separate_gpus_is_a_pipeline_with_fill_and_drain():
+    # step 1: gen 10 s + rest 6 s; step 2: gen 12 s + rest 6 s. Step 1's gen runs alone (fill),
+    # then step 1's rest beside step 2's gen (12 s), then step 2's rest alone (drain): 28 s
     times = _times([(1, "step", 16.0), (1, "gen", 10.0), (2, "step", 18.0), (2, "gen", 12.0)])
     table = whatif_table(_inputs(times))
-    assert _row(table, "overlap_gen_train", "separate_gpus", 1)["bound_s"] == 12.0  # gen of k+1
-    assert _row(table, "overlap_gen_train", "separate_gpus", 2)["bound_s"] == 12.0
+    assert _row(table, "overlap_gen_train", "separate_gpus", 1)["bound_s"] == 10.0 + 12.0
+    assert _row(table, "overlap_gen_train", "separate_gpus", 2)["bound_s"] == 6.0
+    run = run_level(table).row(0, named=True)
+    assert (run["bound"], run["variant"], run["saving_s"]) == (
+        "overlap_gen_train",
+        "separate_gpus",
+        6.0,
+    )
+    # one step: nothing to overlap with, no saving (the old bound said 6 s, 37.5 %)
     same = whatif_table(_inputs(_times([(1, "step", 16.0), (1, "gen", 10.0)])))
     row = _row(same, "overlap_gen_train", "separate_gpus")
-    assert (row["bound_s"], row["saving_s"], row["saving_pct"]) == (10.0, 6.0, 37.5)
+    assert (row["bound_s"], row["saving_s"], row["saving_pct"]) == (16.0, 0.0, 0.0)
+
+
+def test_overlap_steps_in_order_and_a_missing_gen_says_which():
+    # steps need not be consecutive (a --steps 1,3,7 selection): the next step is the next row
+    times = _times([(1, "step", 16.0), (1, "gen", 10.0), (3, "step", 9.0), (3, "gen", 2.0)])
+    table = whatif_table(_inputs(times))
+    assert _row(table, "overlap_gen_train", "separate_gpus", 1)["bound_s"] == 10.0 + 6.0
+    assert _row(table, "overlap_gen_train", "separate_gpus", 3)["bound_s"] == 7.0
+    gapped = _times([(1, "step", 16.0), (1, "gen", 10.0), (2, "step", 9.0), (3, "step", 5.0)])
+    table = whatif_table(_inputs(gapped))
+    row = _row(table, "overlap_gen_train", "separate_gpus", 1)
+    assert row["bound_s"] is None
+    assert row["assumption"] == "not available: no gen phase in the next step (2)"
+    assert _row(table, "overlap_gen_train", "separate_gpus", 2)["assumption"] == (
+        "not available: no gen phase in this step"
+    )
 
 
 def test_overlap_shared_gpus_is_bounded_by_the_busiest_gpu():
-    # gen 10 s (GPU busy 8 s and 6 s), rest 6 s (busy 5 s and 5 s): GPU 0 needs 13 s
-    times = _times([(1, "step", 16.0), (1, "gen", 10.0)])
+    # step 1: gen 10 s, rest 6 s (GPUs busy 13 − 8 = 5 s and 11 − 6 = 5 s in it); step 2's gen
+    # 4 s (GPUs busy 4 s and 1 s): the slot beside step 1's rest needs GPU 0 for 5 + 4 = 9 s
+    times = _times([(1, "step", 16.0), (1, "gen", 10.0), (2, "step", 7.0), (2, "gen", 4.0)])
     busy = _busy(
         [
             (1, "step", "g0", 13.0),
             (1, "step", "g1", 11.0),
             (1, "gen", "g0", 8.0),
             (1, "gen", "g1", 6.0),
+            (2, "step", "g0", 6.0),
+            (2, "step", "g1", 3.0),
+            (2, "gen", "g0", 4.0),
+            (2, "gen", "g1", 1.0),
         ]
     )
     table = whatif_table(_inputs(times, busy))
-    assert _row(table, "overlap_gen_train", "shared_gpus")["bound_s"] == 13.0
+    assert _row(table, "overlap_gen_train", "shared_gpus", 1)["bound_s"] == 10.0 + 9.0
+    assert _row(table, "overlap_gen_train", "separate_gpus", 1)["bound_s"] == 10.0 + 6.0
+    assert _row(table, "overlap_gen_train", "shared_gpus", 2)["bound_s"] == 3.0  # drain
     # mostly idle GPUs: the overlap hides all of the shorter side
-    idle = _busy([(1, "step", "g0", 4.0), (1, "gen", "g0", 2.0)])
+    idle = busy.with_columns(pl.col("busy_s") / 10)
     assert _row(whatif_table(_inputs(times, idle)), "overlap_gen_train", "shared_gpus")[
         "bound_s"
-    ] == pytest.approx(10.0)
+    ] == pytest.approx(16.0)
+
+
+def test_a_dominant_step_is_found_against_the_median_of_the_others():
+    steps = pl.DataFrame({"step": [1, 2, 3, 4], "step_s": [112.0, 1.2, 1.0, 40.0]})
+    found = dominant_steps(steps)
+    # step 1: 112 ≥ 3 × median(1.2, 1.0, 40) = 3.6; step 4: 40 ≥ 3 × median(112, 1.2, 1.0)
+    assert found.rows() == [(1, 112.0, 1.2), (4, 40.0, 1.2)]
+    assert dominant_steps(steps.head(2)).rows() == [(1, 112.0, 1.2)]  # 2 steps: the other one
+    assert dominant_steps(steps.head(1)).is_empty()
+    flat = pl.DataFrame({"step": [1, 2, 3], "step_s": [2.0, 1.0, 1.5]})
+    assert dominant_steps(flat).is_empty()
 
 
 def test_straggler_tail_ends_at_the_p50_and_p90_rank():
@@ -120,16 +163,16 @@ def test_balanced_ranks_remove_the_busiest_gpus_excess():
 
 
 def test_transition_cost_is_the_step_outside_its_phases():
-    times = _times(
-        [(1, "step", 20.0), (1, "gen", 10.0), (1, "reward", 4.0), (1, "update_actor", 3.0)]
-    )
+    step_1 = [(1, "step", 20.0), (1, "gen", 10.0), (1, "reward", 4.0), (1, "update_actor", 3.0)]
+    times = _times([*step_1, (2, "step", 20.0), (2, "gen", 10.0)])
     gap = pl.DataFrame({"step": [1], "gap_energy_j": [123.0]})
     table = whatif_table(_inputs(times, gap_energy=gap, idle_power_w=200.0))
     row = _row(table, "no_transitions", "between_phases")
     assert (row["bound_s"], row["saving_s"], row["saving_pct"]) == (17.0, 3.0, 15.0)
     assert row["energy_saving_j"] == 123.0  # measured, not priced at idle power
-    # every other bound prices its saving at the GPUs' idle power: 10 s × 200 W
-    assert _row(table, "overlap_gen_train", "separate_gpus")["energy_saving_j"] == 2000.0
+    # every other bound prices its saving at the GPUs' idle power: step 2 (the drain) takes
+    # its rest, 10 s, saving its gen: 10 s × 200 W
+    assert _row(table, "overlap_gen_train", "separate_gpus", 2)["energy_saving_j"] == 2000.0
 
 
 def test_bounds_without_their_data_say_why_and_the_run_table_skips_them():
@@ -144,11 +187,12 @@ def test_bounds_without_their_data_say_why_and_the_run_table_skips_them():
     assert shared["assumption"].startswith("not available: needs per-GPU busy time")
     run = {(r["bound"], r["variant"]): r for r in run_level(table).iter_rows(named=True)}
     separate = run[("overlap_gen_train", "separate_gpus")]
-    # steps of 17, 18, 19 s, each saving its 10 s gen … rests 7, 8, 9 s: savings 7, 8, 9 s
+    # steps of 17, 18, 19 s with gen 10 s, rests 7, 8, 9 s: the pipeline takes 10 (fill) +
+    # max(10, 7) + max(10, 8) + 9 (drain) = 39 s; per step 20, 10, 9 s: savings −3, 8, 10 s
     assert separate["steps"] == 3
     assert separate["median_saving_s"] == 8.0
-    assert separate["saving_s"] == 24.0
-    assert separate["run_saving_pct"] == pytest.approx(24 / 54 * 100)
+    assert separate["saving_s"] == 54.0 - 39.0
+    assert separate["run_saving_pct"] == pytest.approx(15 / 54 * 100)
     assert run[("balanced_dp", "whole_step")]["steps"] == 0
     assert run[("balanced_dp", "whole_step")]["saving_s"] is None
 
@@ -203,18 +247,21 @@ def test_sample_overlap_and_transitions_from_the_phase_table(sample):
     phases, wall = _window(root)
     for step in (1, 2, 3):
         step_ns, gen_ns = wall[(step, "step")], wall[(step, "step/gen")]
-        next_gen = wall.get((step + 1, "step/gen"), gen_ns)
+        fill = gen_ns if step == 1 else 0  # the first gen runs alone; the last rest too (drain)
+        slot = max(wall.get((step + 1, "step/gen"), 0), step_ns - gen_ns)
         row = _row(table, "overlap_gen_train", "separate_gpus", step)
         assert row["measured_s"] == step_ns / 1e9
-        assert row["bound_s"] == pytest.approx(max(next_gen, step_ns - gen_ns) / 1e9, abs=1e-9)
+        assert row["bound_s"] == pytest.approx((fill + slot) / 1e9, abs=1e-9)
         children = phases.filter((pl.col("step") == step) & (pl.col("level") == 1))["wall_ns"]
         row = _row(table, "no_transitions", "between_phases", step)
         assert row["saving_s"] == pytest.approx((step_ns - children.sum()) / 1e9, abs=1e-9)
         gap = phases.filter((pl.col("step") == step) & (pl.col("path") == "step"))["gap_energy_j"]
         assert row["energy_saving_j"] == pytest.approx(gap.item())
     # the numbers themselves: step 1 is 61.216415 ms with gen 24.600458 ms and 1.55 ms between
-    # phases; its rest (36.615957 ms) outlasts step 2's gen, so overlap hides all of its gen
-    assert _row(table, "overlap_gen_train", "separate_gpus")["saving_s"] == 0.024600458
+    # phases; its gen is the pipeline's fill and its rest (36.615957 ms) outlasts step 2's gen,
+    # so step 1 saves nothing; step 3 (the drain) saves its gen, 23.398877 ms
+    assert _row(table, "overlap_gen_train", "separate_gpus")["saving_s"] == 0.0
+    assert _row(table, "overlap_gen_train", "separate_gpus", 3)["saving_s"] == 0.023398877
     assert _row(table, "no_transitions", "between_phases")["saving_s"] == 0.00155
 
 
@@ -230,14 +277,17 @@ def test_sample_shared_gpus_and_balance_from_the_device_table(sample):
     idle_w = sum(json.loads((root / "run" / "summary.json").read_text())["idle_power_w"].values())
     assert idle_w == 180.0  # 90 W per GPU
     for step in (1, 2, 3):
-        nxt = step + 1 if (step + 1, "step/gen") in wall else step
+        nxt = step + 1  # none after step 3: the drain, its rest alone
         busiest = max(
-            busy[(nxt, "step/gen", d)] + busy[(step, "step", d)] - busy[(step, "step/gen", d)]
+            busy.get((nxt, "step/gen", d), 0)
+            + busy[(step, "step", d)]
+            - busy[(step, "step/gen", d)]
             for d in gpus
         )
         rest = wall[(step, "step")] - wall[(step, "step/gen")]
+        fill = wall[(1, "step/gen")] if step == 1 else 0
         row = _row(table, "overlap_gen_train", "shared_gpus", step)
-        expected = max(wall[(nxt, "step/gen")], rest, busiest) / 1e9
+        expected = (fill + max(wall.get((nxt, "step/gen"), 0), rest, busiest)) / 1e9
         assert row["bound_s"] == pytest.approx(expected, abs=1e-9)
         assert row["energy_saving_j"] == pytest.approx(row["saving_s"] * idle_w)
         gen = [busy[(step, "step/gen", d)] for d in gpus]
@@ -273,13 +323,17 @@ def test_sample_stragglers_from_the_rank_ranges(sample):
 
 def test_sample_cli_output_folder_and_traces_agree(sample):
     root, output = sample
-    assert "overlap_gen_train" in output and "73.46 ms" in output  # 24.60 + 25.46 + 23.40 ms
+    # before the fill counted: 73.46 ms (24.60 + 25.46 + 23.40 ms), step 1's gen saved as if
+    # it overlapped anything; now steps 2 and 3 save their gens, 25.46 + 23.40 ms
+    assert "overlap_gen_train" in output and "48.86 ms" in output
     assert "window phases of grpo_synthetic pid 1000" in output
     markdown = (root / "w" / "whatif.md").read_text()
     assert (
-        "| overlap_gen_train | separate_gpus | 3 | 24.60 ms | 39.5% | 73.46 ms | 39.0% |"
+        "| overlap_gen_train | separate_gpus | 3 | 23.40 ms | 37.4% | 48.86 ms | 26.0% |"
         in markdown
     )
+    assert "gen_1 + Σ_{k=1}^{n−1} max(gen_{k+1}, rest_k) + rest_n" in markdown
+    assert "## Warnings" not in markdown  # no step dominates the sample
     assert "one-step-off async RL on separate GPUs" in markdown
     assert (root / "w" / "figures" / "whatif_per_step.png").exists()
     traces = pl.read_csv(root / "w" / "whatif.csv").filter(pl.col("variant") != "p90_response")
@@ -312,7 +366,8 @@ def test_cli_on_logged_phase_times(tmp_path):
     assert done.exit_code == 0, done.output
     assert "logged stage times" in done.output
     table = pl.read_csv(tmp_path / "w" / "whatif.csv")
-    assert _row(table, "overlap_gen_train", "separate_gpus", 1)["bound_s"] == 10.0
+    # step 1's gen alone (fill), then max(step 2's gen, step 1's rest), then step 2's rest
+    assert _row(table, "overlap_gen_train", "separate_gpus", 1)["bound_s"] == 10.0 + 10.0
     assert _row(table, "overlap_gen_train", "separate_gpus", 2)["bound_s"] == 10.0
     assert _row(table, "no_transitions", "between_phases", 1)["saving_s"] == 0.0
     assert _row(table, "no_transitions", "between_phases", 2)["saving_s"] == 3.0
@@ -327,7 +382,10 @@ def test_cli_refuses_unusable_phase_times_in_one_line(tmp_path):
     bad.write_text("step,phase,seconds\n1,gen,10\n")
     done = runner.invoke(app, ["whatif", str(bad), "--out", str(tmp_path / "w")])
     assert done.exit_code == 2
-    assert done.output.strip() == f"error: {bad}: no rows of phase 'step' (the step's own time)"
+    assert " ".join(done.output.split()) == (
+        f"error: {bad}: no rows of phase 'step' (the step's own time; `nvtx-phases logs` writes "
+        "one for every step)"
+    )
     bad.write_text("step,phase,seconds\n1,step,ten\n")
     done = runner.invoke(app, ["whatif", str(bad), "--out", str(tmp_path / "w")])
     assert done.exit_code == 2 and "not a phase_times.csv" in done.output
@@ -341,3 +399,107 @@ def test_cpu_only_capture_says_the_bounds_are_wall_time(tmp_path):
     )
     assert done.exit_code == 0, done.output
     assert "no GPU activity in this run (CPU-only capture)" in done.output
+
+
+# --- a warm-up step, --steps, the figure's numbers ---------------------------------------------
+
+
+def _warm_up_logs(tmp_path):
+    """``logs`` on two VeRL 0.9.1 console steps whose step 1 holds vLLM's warm-up in its gen."""
+    log = tmp_path / "warm.log"
+    log.write_text(
+        "(TaskRunner pid=7) step:1 - timing_s/gen:110.6 - timing_s/update_actor:1.4 - "
+        "timing_s/step:112.0\n"
+        "(TaskRunner pid=7) step:2 - timing_s/gen:0.5 - timing_s/update_actor:0.7 - "
+        "timing_s/step:1.2\n"
+    )
+    done = runner.invoke(app, ["logs", str(log), "--out", str(tmp_path / "logs")])
+    assert done.exit_code == 0, done.output
+    return tmp_path / "logs"
+
+
+def test_a_warm_up_is_the_pipeline_fill_and_is_warned(tmp_path):
+    logs = _warm_up_logs(tmp_path)
+    done = runner.invoke(
+        app, ["whatif", str(logs), "--out", str(tmp_path / "w")], terminal_width=200
+    )
+    assert done.exit_code == 0, done.output
+    run = pl.read_csv(tmp_path / "w" / "whatif.csv").filter(pl.col("variant") == "separate_gpus")
+    # before: step 1 took max(step 2's gen, its rest) = 1.4 s, its 110.6 s gen saved as if it
+    # overlapped anything: "run saving 111 s, 98.1%". Now the pipeline: 110.6 (fill) + max(0.5,
+    # 1.4) + 0.7 (drain) = 112.7 s of 113.2 s measured: 0.5 s, 0.4%
+    assert run["bound_s"].to_list() == [112.0, 0.7]
+    assert run["saving_s"].sum() == pytest.approx(0.5, abs=1e-9)
+    assert (
+        "| overlap_gen_train | separate_gpus | 2 | 250.00 ms | 20.8% | 500.00 ms | 0.4% |"
+        in (tmp_path / "w" / "whatif.md").read_text()
+    )
+    warning = (
+        "step 1 takes 112 s, 93× the median of the other steps (1.20 s): a warm-up or an "
+        "outlier (≥ 3× the others' median) that dominates every run total here; `--steps 2` "
+        "leaves it out"
+    )
+    assert f"warning: {warning}" in " ".join(done.output.split())
+    assert f"## Warnings\n\n- {warning}" in (tmp_path / "w" / "whatif.md").read_text()
+
+    steady = runner.invoke(app, ["whatif", str(logs), "--steps", "2", "--out", str(tmp_path / "s")])
+    assert steady.exit_code == 0, steady.output
+    assert "warning" not in steady.output and "--steps 2" in steady.output
+    one = pl.read_csv(tmp_path / "s" / "whatif.csv").filter(pl.col("variant") == "separate_gpus")
+    assert one.select("step", "bound_s", "saving_s").rows() == [(2, 1.2, 0.0)]  # nothing to overlap
+    bad = runner.invoke(app, ["whatif", str(logs), "--steps", "5:", "--out", str(tmp_path / "b")])
+    assert bad.exit_code == 2
+    assert bad.output.strip() == (
+        "error: --steps '5:' matches no step of this log (steps available: 1:2)"
+    )
+
+
+def test_steps_on_traces_select_before_the_pipeline(sample, tmp_path):
+    root, _ = sample
+    done = runner.invoke(
+        app, ["whatif", str(root / "run"), "--steps", "2:", "--out", str(tmp_path / "w")]
+    )
+    assert done.exit_code == 0, done.output
+    table = pl.read_csv(tmp_path / "w" / "whatif.csv")
+    _, wall = _window(root)
+    assert sorted(table["step"].unique()) == [2, 3]
+    row = _row(table, "overlap_gen_train", "separate_gpus", 2)  # step 2's gen is now the fill
+    rest = wall[(2, "step")] - wall[(2, "step/gen")]
+    expected = wall[(2, "step/gen")] + max(wall[(3, "step/gen")], rest)
+    assert row["bound_s"] == pytest.approx(expected / 1e9, abs=1e-9)
+
+
+def test_the_figure_writes_the_numbers_it_draws(sample, tmp_path):
+    root, _ = sample
+    table = pl.read_csv(root / "w" / "whatif.csv")
+    drawn = pl.read_csv(root / "w" / "figures" / "whatif_per_step.csv")
+    assert drawn.columns == ["series", "x", "y", "p10", "p90"]
+    step_level = table.filter(
+        pl.col("bound_s").is_not_null()
+        & ((pl.col("bound") != "balanced_dp") | (pl.col("variant") == "whole_step"))
+    )
+    measured = drawn.filter(pl.col("series") == "measured")
+    per_step = step_level.group_by("step").agg(pl.col("measured_s").first()).sort("step")
+    assert measured["x"].to_list() == per_step["step"].cast(pl.Float64).to_list()
+    assert measured["y"].to_list() == per_step["measured_s"].to_list()
+    for (bound, variant), rows in step_level.group_by("bound", "variant"):
+        line = drawn.filter(pl.col("series") == f"{bound} / {variant}").sort("x")
+        assert line["y"].to_list() == rows.sort("step")["bound_s"].to_list()
+    assert drawn["p10"].is_null().all()  # the band is drawn for bins of steps only
+    # past 40 steps: medians over bins of consecutive steps, the measured p10–p90 band
+    from analysis.render.whatif import whatif_figure
+
+    times = _times(
+        [(s, p, v) for s in range(1, 101) for p, v in (("step", 10.0 + s % 7), ("gen", 5.0))]
+    )
+    long = whatif_table(_inputs(times))
+    whatif_figure(long, tmp_path)
+    binned = pl.read_csv(tmp_path / "whatif_per_step.csv")
+    first = binned.filter((pl.col("series") == "measured") & (pl.col("x") == 2.0))
+    # 100 steps in 40 bins: steps 1–3 are bin 0 (mean step 2): step times 11, 12, 13 s
+    assert first.select("y", "p10", "p90").row(0) == pytest.approx((12.0, 11.2, 12.8))
+    overlap = binned.filter(
+        (pl.col("series") == "overlap_gen_train / separate_gpus") & (pl.col("x") == 2.0)
+    )
+    # bin 0's bounds: step 1: 5 (fill) + max(5, 6); steps 2, 3: max(5, 7), max(5, 8)
+    assert overlap["y"].to_list() == [8.0]

@@ -16,7 +16,9 @@ def gpu_activity(
     info = phases.select("rid", "path", "step", "level")
     innermost_proj = (
         pairs.join(info, on="rid")
-        .sort(["op_id", "level"], descending=[False, True])
+        # deepest range; between ranges of one level (start/end ranges that do not nest), the
+        # one that started last (rids follow start order on a thread)
+        .sort(["op_id", "level", "rid"], descending=[False, True, True])
         .unique(subset="op_id", keep="first")
         .select(
             "op_id",

@@ -3,18 +3,32 @@
 Definitions (also in the README):
 - ``kernel_ns`` all kernels (NCCL included), ``nccl_ns`` NCCL kernels, ``memcpy_ns``/``memset_ns``
   copies and sets, ``graph_ns`` whole CUDA graph executions (captured with
-  ``--cuda-graph-trace=graph``, whose kernels nsys does not list); under *projection* whole operations, under *window* the part inside the range.
+  ``--cuda-graph-trace=graph``, whose kernels nsys does not list); under *projection* whole
+  operations, under *window* the part inside the range.
 - ``gpu_busy_ns``: per device, the union of the range's operations within the range's interval
   (overlapping streams count once), summed over the devices concerned.
 - ``idle_ns = wall_ns × n_devices − gpu_busy_ns``; devices concerned are those the range's
   operations ran on (projection) or every device of the run (window).
-- ``n_kernels`` and ``memcpy_bytes`` count an operation once, in the range where it starts
-  (window) or in every range enclosing its launch (projection).
+- ``n_kernels``/``n_graphs``: the operations whose time the row holds. *window*: every
+  operation that runs inside the range (overlap > 0), so a kernel straddling a phase boundary
+  is counted in both phases, as its time is split between them; a zero-length operation counts
+  where its instant lies. *projection*: every operation launched inside the range (whole).
+- ``n_kernels_started``/``n_graphs_started``: each operation counted once, where it starts
+  (window: the range holding its start; projection: the same as ``n_kernels``/``n_graphs``).
+  Sums over the ranges of one level (that do not overlap) equal the run's count; use these to
+  add counts up.
+- ``memcpy_bytes``: bytes of the copies that start inside the range (window; a copy's bytes
+  are not split) or are launched inside it (projection).
+- ``process_*`` (projection rows only, null on window rows): the GPU work of the range's whole
+  process inside its interval, every thread (see :mod:`analysis.attribute.process`).
 """
 
 from __future__ import annotations
 
 import polars as pl
+
+from analysis.attribute.process import PROCESS_COLUMNS
+from analysis.model import PROJECTION
 
 GROUP_KEYS = ["trace", "pid", "step", "path", "phase", "attribution"]
 #: Per-operation sums every range carries (the phase table also has busy, idle and wall time).
@@ -27,7 +41,24 @@ SUMMED_METRICS = [
     "graph_ns",
     "n_kernels",
     "n_graphs",
+    "n_kernels_started",
+    "n_graphs_started",
 ]
+#: Per-(segment, device) counts of window pieces that continue an operation begun in an earlier
+#: segment: a range's ``n_kernels`` adds those of its first segment to the starts inside it.
+CONTINUED = {"n_kernels": "n_kernels_continued", "n_graphs": "n_graphs_continued"}
+
+
+#: the phase table's columns, in order
+PHASE_TABLE_COLUMNS = (
+    *("trace", "pid", "step", "phase", "path", "canonical", "domain", "level", "attribution"),
+    *("n_ranges", "start_ns", "end_ns", "wall_ns", "gpu_busy_ns", "idle_ns"),
+    *SUMMED_METRICS,
+    *("n_devices", "gpu_start_ns", "gpu_end_ns"),
+    *PROCESS_COLUMNS,
+    *("energy_j", "avg_power_w", "peak_power_w", "energy_above_idle_j", "gap_energy_j"),
+    *("energy_samples", "below_sampling_interval"),
+)
 
 
 def sum_or_null(name: str) -> pl.Expr:
@@ -35,18 +66,18 @@ def sum_or_null(name: str) -> pl.Expr:
     return pl.when(pl.col(name).is_not_null().any()).then(pl.col(name).sum()).alias(name)
 
 
-def class_sums(duration: pl.Expr, counted: pl.Expr) -> list[pl.Expr]:
-    """Per-class time sums of ``duration``, and counts/bytes of rows where ``counted``."""
+def class_sums(duration: pl.Expr, started: pl.Expr) -> list[pl.Expr]:
+    """Per-class time sums of ``duration``; bytes and ``n_*_started`` of rows where ``started``."""
     kind = pl.col("kind")
     return [
         duration.filter(kind == "kernel").sum().alias("kernel_ns"),
         duration.filter(pl.col("op_class") == "nccl").sum().alias("nccl_ns"),
         duration.filter(kind == "memcpy").sum().alias("memcpy_ns"),
-        pl.col("bytes").filter((kind == "memcpy") & counted).sum().alias("memcpy_bytes"),
+        pl.col("bytes").filter((kind == "memcpy") & started).sum().alias("memcpy_bytes"),
         duration.filter(kind == "memset").sum().alias("memset_ns"),
         duration.filter(kind == "graph").sum().alias("graph_ns"),
-        ((kind == "kernel") & counted).sum().cast(pl.Int64).alias("n_kernels"),
-        ((kind == "graph") & counted).sum().cast(pl.Int64).alias("n_graphs"),
+        ((kind == "kernel") & started).sum().cast(pl.Int64).alias("n_kernels_started"),
+        ((kind == "graph") & started).sum().cast(pl.Int64).alias("n_graphs_started"),
     ]
 
 
@@ -69,6 +100,10 @@ def projection_partials(
         *class_sums(pl.col("end_ns") - pl.col("start_ns"), pl.lit(True)),
         pl.col("start_ns").min().alias("gpu_start_ns"),
         pl.col("end_ns").max().alias("gpu_end_ns"),
+    )
+    # whole operations: every one the range holds was launched (started) inside it
+    sums = sums.with_columns(pl.col(f"{count}_started").alias(count) for count in CONTINUED).select(
+        "rid", *SUMMED_METRICS, "gpu_start_ns", "gpu_end_ns"
     )
     devices = joined.select("rid", "device").unique()
     clipped = joined.select(
@@ -95,9 +130,16 @@ def merge_projection(
 
 
 def segment_partials(pieces: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """One bucket's window pieces: clipped class sums per (segment, device), busy intervals."""
+    """One bucket's window pieces: clipped class sums per (segment, device), busy intervals.
+
+    Counts per segment: ``n_*_started`` the operations starting in it (their first piece),
+    ``n_*_continued`` those running on from an earlier segment (see :func:`window_metrics`).
+    """
+    kind, continued = pl.col("kind"), (pl.col("overlap_ns") > 0) & ~pl.col("first_piece")
     sums = pieces.group_by("seg", "device").agg(
         *class_sums(pl.col("overlap_ns"), pl.col("first_piece")),
+        ((kind == "kernel") & continued).sum().cast(pl.Int64).alias(CONTINUED["n_kernels"]),
+        ((kind == "graph") & continued).sum().cast(pl.Int64).alias(CONTINUED["n_graphs"]),
         pl.col("piece_start_ns").filter(pl.col("overlap_ns") > 0).min().alias("gpu_start_ns"),
         pl.col("piece_end_ns").filter(pl.col("overlap_ns") > 0).max().alias("gpu_end_ns"),
     )
@@ -124,8 +166,9 @@ def _merge_sums(parts: list[pl.DataFrame], keys: str | list[str]) -> pl.DataFram
     frame = pl.concat(parts)
     if len(parts) == 1:
         return frame
+    summed = [m for m in (*SUMMED_METRICS, *CONTINUED.values()) if m in frame.columns]
     return frame.group_by(keys).agg(
-        *(pl.col(m).sum() for m in SUMMED_METRICS),
+        *(pl.col(m).sum() for m in summed),
         pl.col("gpu_start_ns").min(),
         pl.col("gpu_end_ns").max(),
     )
@@ -134,13 +177,27 @@ def _merge_sums(parts: list[pl.DataFrame], keys: str | list[str]) -> pl.DataFram
 def window_metrics(
     range_segs: pl.DataFrame, seg_dev: pl.DataFrame
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Metrics per (range, device) and per range, summing the segments inside each range."""
-    summed = [pl.col(m).sum() for m in (*SUMMED_METRICS, "gpu_busy_ns")]
+    """Metrics per (range, device) and per range, summing the segments inside each range.
+
+    ``range_segs``: ``rid, seg, first_seg`` (:func:`analysis.attribute.operations.range_segments`).
+    An operation holding time in a range starts in one of its segments or runs into its first
+    one, so ``n_kernels`` adds the starts in every segment to the continuations into the first:
+    each such operation once, however many of the range's segments it spans.
+    """
+    own = [m for m in SUMMED_METRICS if m not in CONTINUED]
+    summed = [pl.col(m).sum() for m in (*own, "gpu_busy_ns")]
+    holding = [
+        (pl.col(f"{count}_started").sum() + pl.col(cont).filter(pl.col("first_seg")).sum()).alias(
+            count
+        )
+        for count, cont in CONTINUED.items()
+    ]
     per_device = (
         range_segs.join(seg_dev, on="seg", how="inner")
         .group_by("rid", "device")
-        .agg(*summed, pl.col("gpu_start_ns").min(), pl.col("gpu_end_ns").max())
+        .agg(*summed, *holding, pl.col("gpu_start_ns").min(), pl.col("gpu_end_ns").max())
     )
+    summed = [pl.col(m).sum() for m in (*SUMMED_METRICS, "gpu_busy_ns")]
     per_range = per_device.group_by("rid").agg(
         *summed, pl.col("gpu_start_ns").min(), pl.col("gpu_end_ns").max()
     )
@@ -159,7 +216,8 @@ def phase_table(phases: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
             pl.col("name").alias("phase"),
         )
         .with_columns(
-            (pl.col("wall_ns") * pl.col("n_devices") - pl.col("gpu_busy_ns")).alias("idle_ns")
+            (pl.col("wall_ns") * pl.col("n_devices") - pl.col("gpu_busy_ns")).alias("idle_ns"),
+            *_process_columns(),
         )
     )
     table = (
@@ -179,6 +237,11 @@ def phase_table(phases: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
             pl.col("n_devices").max(),
             pl.col("gpu_start_ns").min(),
             pl.col("gpu_end_ns").max(),
+            # process_*: null on window rows
+            sum_or_null("process_gpu_ns"),
+            sum_or_null("process_gpu_busy_ns"),
+            sum_or_null("process_idle_ns"),
+            pl.col("process_n_devices").max(),
             # energy: null (not zero) when there were no power samples
             sum_or_null("energy_j"),
             sum_or_null("energy_above_idle_j"),
@@ -195,34 +258,20 @@ def phase_table(phases: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
             nulls_last=True,
         )
     )
-    return table.select(
-        "trace",
-        "pid",
-        "step",
-        "phase",
-        "path",
-        "canonical",
-        "domain",
-        "level",
-        "attribution",
-        "n_ranges",
-        "start_ns",
-        "end_ns",
-        "wall_ns",
-        "gpu_busy_ns",
-        "idle_ns",
-        *SUMMED_METRICS,
-        "n_devices",
-        "gpu_start_ns",
-        "gpu_end_ns",
-        "energy_j",
-        "avg_power_w",
-        "peak_power_w",
-        "energy_above_idle_j",
-        "gap_energy_j",
-        "energy_samples",
-        "below_sampling_interval",
-    )
+    return table.select(PHASE_TABLE_COLUMNS)
+
+
+def _process_columns() -> list[pl.Expr]:
+    """``process_*`` of one range row: 0-filled on projection rows, null on window rows."""
+    projection = pl.col("attribution") == PROJECTION
+    n_devices = pl.col("process_n_devices").fill_null(0)
+    busy = pl.col("process_gpu_busy_ns").fill_null(0)
+    return [
+        pl.when(projection).then(pl.col("process_gpu_ns").fill_null(0)).alias("process_gpu_ns"),
+        pl.when(projection).then(busy).alias("process_gpu_busy_ns"),
+        pl.when(projection).then(pl.col("wall_ns") * n_devices - busy).alias("process_idle_ns"),
+        pl.when(projection).then(n_devices).alias("process_n_devices"),
+    ]
 
 
 def kernel_partial(ops: pl.DataFrame) -> pl.DataFrame:

@@ -1,21 +1,27 @@
-"""Share of a step per phase: the one definition every output uses (figures, report, terminal, API).
+"""A step's phases and their share of it: the one definition every output uses.
 
 - time share of a phase in a step = the phase's wall time / the ``step`` range's wall time;
 - energy share = the phase's energy / the ``step`` range's energy, which includes the energy
   drawn between phases (so shares need not add up to 100%: the rest is "other (no phase)").
 
-The phases are those directly inside ``step`` (summed over processes, as in
-:func:`~analysis.aggregate.step_stack.step_phases`); a step's wall time is its ``step`` range's
-(the longest where several processes mark one). Without ``step`` ranges there is no step to
-share: the frames are empty. Summaries over steps are the median and p10–p90 ("median over
-steps"), computed per phase over the steps where the phase ran.
+The phases of a step are the ranges directly inside a ``step`` range (path ``step/X``; a
+range's path is built on its own thread, so the process running it marks that step). Where
+several ``step`` ranges carry one index (several processes or threads mark the step, or a
+process marks it twice), each quantity is the mean per ``step`` range: the phase's wall and
+energy summed over those ranges' phases, the step's over the ranges, both divided by their
+number; a share is then the sum over the sum. Each range is one row of the phase table,
+under the one scheme its thread gives it, so nothing counts twice across ``projection`` and
+``window`` rows. Without any ``step/X`` range, the top-level ranges of a step (assigned by
+payload or time window) are its phases, each the mean over the processes running it.
+
+Without ``step`` ranges there is no step to share: :func:`step_shares` is empty. Summaries
+over steps are the median and p10–p90 ("median over steps"), per phase over the steps where
+the phase ran.
 """
 
 from __future__ import annotations
 
 import polars as pl
-
-from analysis.aggregate.step_stack import step_phases
 
 #: the quantiles of :func:`share_over_steps`: p10, median, p90
 SHARE_QUANTILES = (0.1, 0.5, 0.9)
@@ -24,59 +30,106 @@ _SCHEMA = {
     "step": pl.Int64,
     "canonical": pl.String,
     "start_ns": pl.Int64,
-    "wall_ns": pl.Int64,
-    "step_wall_ns": pl.Int64,
+    "wall_ns": pl.Float64,
+    "step_wall_ns": pl.Float64,
     "time_share_pct": pl.Float64,
     "energy_j": pl.Float64,
     "step_energy_j": pl.Float64,
     "energy_share_pct": pl.Float64,
+    "n_step_ranges": pl.Int64,
 }
 
 
-def step_walls(phases: pl.DataFrame) -> pl.DataFrame:
-    """``step, step_wall_ns, step_energy_j``: each step's ``step`` range (longest over processes).
+def inside_step(phases: pl.DataFrame) -> pl.DataFrame:
+    """The rows of a step's phases: ``step/X`` rows, else top-level non-``step`` rows (with a step)."""
+    inside = phases.filter(
+        pl.col("path").str.starts_with("step/") & (pl.col("path").str.count_matches("/") == 1)
+    )
+    if inside.is_empty():
+        inside = phases.filter((pl.col("level") == 0) & (pl.col("canonical") != "step"))
+    return inside.filter(pl.col("step").is_not_null())
 
-    ``step_energy_j`` is the energy of that longest range (null without power samples).
+
+def _n_ranges(frame: pl.DataFrame) -> pl.Expr:
+    """Ranges a row stands for (``n_ranges``; 1 per row in frames without that column)."""
+    return pl.col("n_ranges") if "n_ranges" in frame.columns else pl.lit(1, dtype=pl.Int64)
+
+
+def _sum_all(name: str) -> pl.Expr:
+    """The sum of ``name``, null when any value is null (a partial sum is not the quantity)."""
+    return pl.when(pl.col(name).is_null().any()).then(None).otherwise(pl.col(name).sum())
+
+
+def step_walls(phases: pl.DataFrame) -> pl.DataFrame:
+    """``step, n_step_ranges, step_wall_ns, step_energy_j`` per step with ``step`` ranges.
+
+    The mean over the step's ``step`` ranges (one for a VeRL driver); ``step_energy_j`` null
+    without power samples (or where one range lacks them).
     """
     rows = phases.filter((pl.col("path") == "step") & pl.col("step").is_not_null())
-    if "attribution" in rows.columns:
-        # the step range is one range; under both schemes its wall and energy are the same
-        rows = rows.sort("attribution").unique(["trace", "pid", "step"], keep="first")
+    n = pl.col("n_step_ranges")
     return (
-        rows.sort(["step", "wall_ns", "trace", "pid"], descending=[False, True, False, False])
-        .group_by("step", maintain_order=True)
+        rows.group_by("step")
         .agg(
-            pl.col("wall_ns").first().alias("step_wall_ns"),
-            pl.col("energy_j").first().cast(pl.Float64).alias("step_energy_j"),
+            _n_ranges(rows).sum().cast(pl.Int64).alias("n_step_ranges"),
+            pl.col("wall_ns").sum().cast(pl.Float64).alias("step_wall_ns"),
+            _sum_all("energy_j").cast(pl.Float64).alias("step_energy_j"),
         )
+        .with_columns((pl.col("step_wall_ns") / n), (pl.col("step_energy_j") / n))
         .sort("step")
     )
 
 
+def step_phase_walls(phases: pl.DataFrame) -> pl.DataFrame:
+    """Per (step, phase): ``start_ns`` (first), ``wall_ns`` and ``energy_j`` of the mean step.
+
+    With the step's columns of :func:`step_walls` (null for a step without ``step`` ranges,
+    whose phases are then means over the processes running them). Sorted by step, start.
+    """
+    rows = inside_step(phases)
+    walls = step_walls(phases)
+    nested = rows["path"].str.starts_with("step/").any()
+    keys = [c for c in ("trace", "pid") if c in rows.columns]
+    per_process = pl.struct(keys).n_unique() if keys and not nested else pl.lit(1)
+    summed = rows.group_by("step", "canonical").agg(
+        pl.col("start_ns").min(),
+        pl.col("wall_ns").sum().cast(pl.Float64),
+        _sum_all("energy_j").cast(pl.Float64).alias("energy_j"),
+        per_process.cast(pl.Int64).alias("n_processes"),
+    )
+    joined = summed.join(walls, on="step", how="left")
+    # nested phases: per step range (the step's own count); else per process running it
+    divisor = pl.col("n_step_ranges").fill_null(1) if nested else pl.col("n_processes")
+    return (
+        joined.with_columns(pl.col("wall_ns") / divisor, pl.col("energy_j") / divisor)
+        .drop("n_processes")
+        .sort("step", "start_ns", "canonical")
+    )
+
+
 def step_shares(phases: pl.DataFrame) -> pl.DataFrame:
-    """Per (step, phase directly inside ``step``): wall and energy, and their share of the step.
+    """Per (step, phase of the step): wall and energy, and their share of the step.
 
     Columns: ``step, canonical, start_ns, wall_ns, step_wall_ns, time_share_pct, energy_j,
-    step_energy_j, energy_share_pct`` (energy columns null without power samples; a share is
-    null where its denominator is null or zero).
+    step_energy_j, energy_share_pct, n_step_ranges`` (walls in ns, means per ``step`` range as
+    the module says; energy columns null without power samples; a share is null where its
+    numerator or denominator is null, or the denominator zero). Steps without a ``step``
+    range are left out.
     """
-    per_phase = step_phases(phases)
-    walls = step_walls(phases)
-    if per_phase.is_empty() or walls.is_empty():
+    per_phase = step_phase_walls(phases).filter(pl.col("n_step_ranges").is_not_null())
+    if per_phase.is_empty():
         return pl.DataFrame(schema=_SCHEMA)
-    joined = per_phase.join(walls, on="step", how="inner").with_columns(
-        pl.when(pl.col("has_energy")).then(pl.col("energy_j")).cast(pl.Float64).alias("energy_j")
-    )
-    return joined.select(
+    return per_phase.select(
         pl.col("step").cast(pl.Int64),
         "canonical",
         pl.col("start_ns").cast(pl.Int64),
-        pl.col("wall_ns").cast(pl.Int64),
-        pl.col("step_wall_ns").cast(pl.Int64),
+        "wall_ns",
+        "step_wall_ns",
         _ratio_pct("wall_ns", "step_wall_ns").alias("time_share_pct"),
         "energy_j",
         "step_energy_j",
         _ratio_pct("energy_j", "step_energy_j").alias("energy_share_pct"),
+        "n_step_ranges",
     ).sort("step", "start_ns", "canonical")
 
 
@@ -84,8 +137,9 @@ def share_over_steps(shares: pl.DataFrame) -> pl.DataFrame:
     """Per phase (execution order): ``n_steps`` and the p10/median/p90 of each share over steps.
 
     Columns: ``canonical, n_steps, time_share_p10, time_share_median, time_share_p90,
-    energy_share_p10, energy_share_median, energy_share_p90`` (linear interpolation, as
-    ``numpy.percentile``'s default).
+    energy_share_p10, energy_share_median, energy_share_p90`` (in %; linear interpolation, as
+    ``numpy.percentile``'s default; over the steps where the phase ran, a null share left
+    out). ``n_steps``: the steps where the phase ran.
     """
     names = {0.1: "p10", 0.5: "median", 0.9: "p90"}
     aggs = [

@@ -2,6 +2,12 @@
 
 Within a step, a phase marked by several processes lasts as long as its slowest process
 (wall = max) and uses the time, bytes and energy of all (sums).
+
+``gpu_busy_pct`` is the row's own scheme's busy share: every device's work inside a window
+(driver) phase; for a projection (worker) range only the work that range's own thread launched.
+``process_gpu_busy_pct`` (projection rows only, from ``process_gpu_busy_ns``/``process_idle_ns``
+where the phase table has them) is the busy share of the GPUs the range's process used, counting
+every operation that process launched, on any thread.
 """
 
 from __future__ import annotations
@@ -11,7 +17,10 @@ import polars as pl
 #: metric column → (label, unit)
 STEP_METRICS: dict[str, tuple[str, str]] = {
     "wall_ms": ("wall time", "ms"),
-    "gpu_busy_pct": ("GPU busy", "%"),
+    "gpu_busy_pct": ("GPU busy (projection: own launches)", "%"),
+    "process_gpu_busy_pct": ("process GPU busy (projection)", "%"),
+    "kernel_ms": ("kernel time", "ms"),
+    "gpu_time_ms": ("GPU time (kernels + CUDA graphs)", "ms"),
     "nccl_ms": ("NCCL kernel time", "ms"),
     "memcpy_ms": ("memcpy time", "ms"),
     "memcpy_mb": ("memcpy volume", "MB"),
@@ -20,10 +29,24 @@ STEP_METRICS: dict[str, tuple[str, str]] = {
     "energy_above_idle_j": ("energy above idle", "J"),
 }
 
+#: the phase-table columns behind ``process_gpu_busy_pct`` (absent from older analyses)
+PROCESS_COLUMNS = ("process_gpu_busy_ns", "process_idle_ns")
+
+
+def _process_busy_pct(columns: list[str]) -> pl.Expr:
+    """Σ process busy / Σ (wall × devices the process used); null without the columns."""
+    if not all(c in columns for c in PROCESS_COLUMNS):
+        return pl.lit(None, dtype=pl.Float64)
+    busy = pl.col("process_gpu_busy_ns").cast(pl.Float64)
+    # process_idle_ns = wall × devices − busy, so busy + idle is the process's GPU-time capacity
+    capacity = (busy + pl.col("process_idle_ns").cast(pl.Float64)).sum()
+    return pl.when(busy.is_not_null().any() & (capacity > 0)).then(busy.sum() / capacity * 100)
+
 
 def step_phase_metrics(phases: pl.DataFrame) -> pl.DataFrame:
     """One row per (step, path, attribution) with every metric of :data:`STEP_METRICS`."""
     with_energy = pl.col("energy_j").is_not_null().any()
+    graph = pl.col("graph_ns") if "graph_ns" in phases.columns else pl.lit(0)
     return (
         phases.filter(pl.col("step").is_not_null())
         .sort("step", "path", "attribution", "trace", "pid")  # float sums in a fixed order
@@ -33,6 +56,9 @@ def step_phase_metrics(phases: pl.DataFrame) -> pl.DataFrame:
             (
                 pl.col("gpu_busy_ns").sum() / (pl.col("wall_ns") * pl.col("n_devices")).sum() * 100
             ).alias("gpu_busy_pct"),
+            _process_busy_pct(phases.columns).alias("process_gpu_busy_pct"),
+            (pl.col("kernel_ns").sum() / 1e6).alias("kernel_ms"),
+            ((pl.col("kernel_ns") + graph).sum() / 1e6).alias("gpu_time_ms"),
             (pl.col("nccl_ns").sum() / 1e6).alias("nccl_ms"),
             (pl.col("memcpy_ns").sum() / 1e6).alias("memcpy_ms"),
             (pl.col("memcpy_bytes").sum() / 1e6).alias("memcpy_mb"),

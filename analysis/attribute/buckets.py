@@ -9,7 +9,6 @@ the single-pass result.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +17,15 @@ from typing import Any
 import polars as pl
 
 from analysis.aggregate import phases as aggregate
-from analysis.aggregate.activity import gpu_activity, operation_counts
+from analysis.aggregate.activity import gpu_activity
 from analysis.aggregate.devices import phase_devices
 from analysis.attribute import operations as attribute
+from analysis.attribute.conservation import RunTotals, conservation_warnings
 from analysis.attribute.hierarchy import build_hierarchy
 from analysis.attribute.intervals import BusyAccumulator
 from analysis.attribute.phase_map import PhaseMap
+from analysis.attribute.process import ProcessLayout, ProcessSums
+from analysis.attribute.threads import ThreadSums
 from analysis.energy.attach import attach_energy
 from analysis.energy.idle import busy_blocks, idle_guard_ns
 from analysis.energy.samples import PowerData
@@ -97,6 +99,7 @@ def attribute_buckets(
     idle_power_w: float | None = None,
     launch_warnings: Sequence[str] = (),
     activity_dir: Path | None = None,
+    thread_names: pl.DataFrame | None = None,
 ) -> Attributed:
     """Attribute a run's operations, bucket by bucket in time order, to its phase ranges.
 
@@ -104,6 +107,8 @@ def attribute_buckets(
     union), which :class:`~analysis.attribute.intervals.BusyAccumulator` carries across buckets;
     so the result equals a single pass. ``activity_dir``: write each bucket's per-operation rows
     there (``gpu_activity`` is then a lazy scan of them) instead of holding them in memory.
+    ``thread_names``: ``trace, gtid, thread_name`` (for the warning about launching threads
+    without a range).
     """
     hierarchy = build_hierarchy(ranges, phase_map)
     phases = _with_attribution(hierarchy.phases, launch_threads)
@@ -112,27 +117,18 @@ def attribute_buckets(
     timeline = window_ranges if window_ranges.height else phases
     boundaries, innermost = attribute.window_layout(timeline)
 
-    sums = _RunSums(devices, activity_dir, power)
+    sums = _RunSums(
+        devices,
+        activity_dir,
+        power,
+        RunTotals(timeline, proj_ranges),
+        ProcessSums(ProcessLayout.of(proj_ranges), devices),
+        attribute.enclosure_layout(proj_ranges),
+    )
     for bucket in buckets:
         sums.add(bucket, proj_ranges, boundaries, innermost, phases, hierarchy.steps)
-    proj_devices = concat_or_empty(
-        sums.proj_devices, {"rid": pl.Int64, "device": pl.String}
-    ).unique()
-    proj_metrics = aggregate.merge_projection(
-        sums.proj_sums or [_EMPTY_SUMS_RID], proj_devices, sums.proj_busy.result()
-    )
-    seg_dev = aggregate.merge_segments(sums.seg_sums or [_EMPTY_SUMS_SEG], sums.seg_busy.result())
-    per_device, win_metrics = aggregate.window_metrics(
-        attribute.range_segments(window_ranges, boundaries), seg_dev
-    )
-    win_metrics = (
-        window_ranges.select("rid")
-        .join(win_metrics, on="rid", how="left")
-        .with_columns(pl.lit(len(devices), dtype=pl.Int64).alias("n_devices"))
-    )
-    metrics = pl.concat(
-        [proj_metrics.filter(pl.col("rid").is_in(proj_ranges["rid"].implode())), win_metrics],
-        how="diagonal_relaxed",
+    metrics, per_device, proj_devices, gpu = _range_metrics(
+        sums, proj_ranges, window_ranges, (boundaries, innermost), len(devices)
     )
     energy = attach_energy(
         metrics,
@@ -144,7 +140,6 @@ def attribute_buckets(
         power=power,
         idle_power_w=idle_power_w,
     )
-    gpu = sums.totals()
     return Attributed(
         phases=aggregate.phase_table(phases, energy.metrics),
         phase_devices=phase_devices(phases, energy.per_device, devices),
@@ -160,11 +155,55 @@ def attribute_buckets(
             *hierarchy.warnings,
             *launch_warnings,
             *energy.warnings,
-            *_conservation_warning(gpu),
+            *sums.threads.warnings(ranges, proj_ranges, thread_names, gpu.total_gpu_ns),
+            *conservation_warnings(gpu),
         ],
         power_samples=power.samples if power is not None else None,
         ranges=phases.select(RANGE_COLUMNS).sort("rid"),
     )
+
+
+def _range_metrics(
+    sums: _RunSums,
+    proj_ranges: pl.DataFrame,
+    window_ranges: pl.DataFrame,
+    layout: tuple[pl.Series, pl.DataFrame],
+    n_devices: int,
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, GpuTotals]:
+    """Per-range metrics of both schemes, window metrics per device, projection devices, totals.
+
+    ``layout``: the window timeline's boundaries and innermost range per segment.
+    """
+    boundaries, innermost = layout
+    proj_devices = concat_or_empty(
+        sums.proj_devices, {"rid": pl.Int64, "device": pl.String}
+    ).unique()
+    proj_metrics = aggregate.merge_projection(
+        sums.proj_sums or [_EMPTY_SUMS_RID], proj_devices, sums.proj_busy.result()
+    ).filter(pl.col("rid").is_in(proj_ranges["rid"].implode()))
+    seg_dev = aggregate.merge_segments(sums.seg_sums or [_EMPTY_SUMS_SEG], sums.seg_busy.result())
+    per_device, win_metrics = aggregate.window_metrics(
+        attribute.range_segments(window_ranges, boundaries), seg_dev
+    )
+    win_metrics = (
+        window_ranges.select("rid")
+        .join(win_metrics, on="rid", how="left")
+        .with_columns(pl.lit(n_devices, dtype=pl.Int64).alias("n_devices"))
+    )
+    process = sums.process.metrics(proj_ranges)
+    metrics = pl.concat(
+        [proj_metrics.join(process, on="rid", how="full", coalesce=True), win_metrics],
+        how="diagonal_relaxed",
+    )
+    # the check's attributed sides: the sums the rows are built from (innermost window phase
+    # of each segment; top-level projection ranges), against totals from the raw operations
+    gpu = sums.totals.totals(
+        innermost_sums=seg_dev.join(innermost.filter(pl.col("rid").is_not_null()), on="seg"),
+        top_sums=proj_metrics.join(
+            proj_ranges.filter(pl.col("level") == 0).select("rid"), on="rid"
+        ),
+    )
+    return metrics, per_device, proj_devices, gpu
 
 
 def _with_attribution(phases: pl.DataFrame, launch_threads: pl.DataFrame) -> pl.DataFrame:
@@ -182,30 +221,28 @@ def _with_attribution(phases: pl.DataFrame, launch_threads: pl.DataFrame) -> pl.
     )
 
 
-def _conservation_warning(gpu: GpuTotals) -> list[str]:
-    if gpu.gpu_time_conserved:
-        return []
-    return [
-        "GPU time not conserved: attributed + unattributed differs from the operations' "
-        f"total ({gpu.total_gpu_ns} ns) — please report this trace"
-    ]
-
-
 class _RunSums:
     """What :func:`attribute_buckets` keeps of each bucket.
 
-    Partial sums, busy accumulators, the per-operation rows (in memory or written out) and the
-    run's totals.
+    Partial sums, busy accumulators, the per-operation rows (in memory or written out), the
+    run's totals (:class:`RunTotals`), each process's work inside its projection ranges
+    (:class:`ProcessSums`) and each launching thread's work (:class:`ThreadSums`).
     """
 
     def __init__(
-        self, devices: list[str], activity_dir: Path | None, power: PowerData | None
+        self,
+        devices: list[str],
+        activity_dir: Path | None,
+        power: PowerData | None,
+        totals: RunTotals,
+        process: ProcessSums,
+        enclosure: attribute.EnclosureLayout,
     ) -> None:
         self.proj_sums: list[pl.DataFrame] = []
         self.proj_devices: list[pl.DataFrame] = []
-        self.proj_busy = BusyAccumulator({"rid": pl.Int64, "device": pl.String})
+        self.proj_busy = BusyAccumulator({"rid": pl.Int64, "device": pl.String}, devices=devices)
         self.seg_sums: list[pl.DataFrame] = []
-        self.seg_busy = BusyAccumulator({"seg": pl.Int64, "device": pl.String})
+        self.seg_busy = BusyAccumulator({"seg": pl.Int64, "device": pl.String}, devices=devices)
         self.kernels: list[pl.DataFrame] = []
         self.activity_dir = activity_dir
         self.activity_parts: list[pl.DataFrame] = []
@@ -213,7 +250,10 @@ class _RunSums:
         self._writer: ActivityWriter | None = None
         self._blocks: list[pl.DataFrame] = []
         self._merge_gap_ns = 2 * idle_guard_ns(power.interval_ns) if power is not None else None
-        self._totals: dict[str, int] = dict.fromkeys(_TOTALS, 0)
+        self.totals = totals
+        self.process = process
+        self.enclosure = enclosure
+        self.threads = ThreadSums()
 
     def add(
         self,
@@ -226,7 +266,7 @@ class _RunSums:
     ) -> None:
         """Attribute one bucket's operations and keep what the run needs of them."""
         ops = bucket.ops
-        pairs = attribute.projection_pairs(ops, proj_ranges)
+        pairs = attribute.projection_pairs(ops, proj_ranges, self.enclosure)
         proj_sums, proj_devices, proj_busy = aggregate.projection_partials(pairs, ops, proj_ranges)
         self.proj_sums.append(proj_sums)
         self.proj_devices.append(proj_devices)
@@ -238,8 +278,10 @@ class _RunSums:
         self.kernels.append(aggregate.kernel_partial(ops))
         if self._merge_gap_ns is not None:
             self._blocks.append(busy_blocks(ops, merge_gap_ns=self._merge_gap_ns))
+        self.totals.add(ops, pairs)
+        self.process.add(ops, bucket.hi_ns)
+        self.threads.add(ops)
         activity = gpu_activity(ops, pairs, pieces, phases, steps)
-        self._count(ops, pieces, activity)
         if self.activity_dir is None:
             self.activity_parts.append(activity)
         else:
@@ -257,37 +299,6 @@ class _RunSums:
             self._writer = ActivityWriter(self.activity_dir / ACTIVITY_FILE)
             self.activity_files.append(self._writer.path)
         self._writer.write(activity)
-
-    def _count(self, ops: pl.DataFrame, pieces: pl.DataFrame, activity: pl.DataFrame) -> None:
-        dur = pl.col("dur_ns")
-        counted = activity.select(
-            dur.sum().alias("total_gpu_ns"),
-            dur.filter(pl.col("projection_path").is_not_null())
-            .sum()
-            .alias("projection_attributed_gpu_ns"),
-            *operation_counts(),
-        ).row(0, named=True)
-        # both parts summed from the split pieces, not one as the other's remainder: their sum
-        # equals the operations' own total only if splitting lost and doubled nothing
-        counted["attributed_gpu_ns"] = pieces.filter(pl.col("rid").is_not_null())[
-            "overlap_ns"
-        ].sum()
-        counted["unattributed_gpu_ns"] = pieces.filter(pl.col("rid").is_null())["overlap_ns"].sum()
-        counted["projection_unattributed_gpu_ns"] = activity.filter(
-            pl.col("projection_path").is_null()
-        )["dur_ns"].sum()
-        for name in _TOTALS:
-            self._totals[name] += int(counted[name] or 0)
-
-    def totals(self) -> GpuTotals:
-        """The run's GPU time totals, attributed and not, under both schemes, and counts."""
-        t = self._totals
-        conserved = (
-            t["attributed_gpu_ns"] + t["unattributed_gpu_ns"] == t["total_gpu_ns"]
-            and t["projection_attributed_gpu_ns"] + t["projection_unattributed_gpu_ns"]
-            == t["total_gpu_ns"]
-        )
-        return GpuTotals(gpu_time_conserved=conserved, **t)
 
     def blocks(self) -> pl.DataFrame:
         """Busy stretches per device over the whole run (for the idle power baseline)."""
@@ -312,8 +323,6 @@ class _RunSums:
         ).lazy()
 
 
-#: the totals summed bucket by bucket: every GpuTotals field but the check derived from them
-_TOTALS = tuple(f.name for f in dataclasses.fields(GpuTotals) if f.name != "gpu_time_conserved")
 _BLOCK = ("device", "start_ns", "end_ns")
 _EMPTY_OPS = pl.DataFrame(schema={**OPS_SCHEMA, **CALL_COLUMNS, "op_id": pl.Int64})
 _EMPTY_INNERMOST = pl.DataFrame(schema={"seg": pl.Int64, "rid": pl.Int64})

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import polars as pl
+
+from analysis.frames import PolarsDataType
 
 I64_MIN = -(2**63)
 I64_MAX = 2**63 - 1
@@ -23,7 +25,10 @@ def union_length(
     keys = list(by)
     if frame.is_empty():
         return frame.select(*keys).head(0).with_columns(pl.lit(0, dtype=pl.Int64).alias("busy_ns"))
-    ordered = frame.select(*keys, start, end).sort([*keys, start])
+    # by start, then stably by the keys: (keys, start) order, in a third of the time of one
+    # sort on all of them (operations come nearly in start order; one sort on several columns
+    # encodes every row)
+    ordered = frame.select(*keys, start, end).sort(start).sort(keys, maintain_order=True)
     group = pl.struct(keys).rle_id()
     first_of_group = (group != group.shift(1)).fill_null(True)
     reach = pl.when(first_of_group).then(None).otherwise(pl.col(end).cum_max().over(group).shift(1))
@@ -106,15 +111,53 @@ class BusyAccumulator:
     Summing the buckets' unions therefore equals the union over the whole run.
     """
 
-    def __init__(self, keys: dict[str, pl.DataType | type[pl.DataType]]) -> None:
+    def __init__(
+        self, keys: Mapping[str, PolarsDataType], *, devices: Sequence[str] | None = None
+    ) -> None:
+        """Group by ``keys``.
+
+        With ``devices`` (every device name the intervals carry), ``keys`` are one integer id
+        and ``device``, and unions run on one Int64 key ``id × len(devices) + device index``:
+        sorting on it takes a fraction of the time of sorting on an integer and a string.
+        """
         self.schema = dict(keys)
         self.keys = list(keys)
+        self._devices = list(devices) if devices is not None else None
+        if self._devices is not None:
+            (self._id,) = [k for k in self.keys if k != "device"]
         self._carry: pl.DataFrame | None = None
         self._parts: list[pl.DataFrame] = []
 
+    def _encoded(self, intervals: pl.DataFrame) -> pl.DataFrame:
+        if self._devices is None:
+            return intervals.select(*self.keys, "start_ns", "end_ns")
+        index = (
+            pl.col("device").replace_strict(
+                self._devices, range(len(self._devices)), return_dtype=pl.Int64
+            )
+            if self._devices
+            else pl.lit(None, dtype=pl.Int64)  # no device: no interval either
+        )
+        key = pl.col(self._id).cast(pl.Int64) * len(self._devices) + index
+        return intervals.select(key.alias("_key"), "start_ns", "end_ns")
+
+    def _decoded(self, busy: pl.DataFrame) -> pl.DataFrame:
+        if self._devices is None:
+            return busy
+        n = max(len(self._devices), 1)
+        return busy.select(
+            (pl.col("_key") // n).cast(self.schema[self._id]).alias(self._id),
+            (pl.col("_key") % n)
+            .replace_strict(range(n), self._devices, return_dtype=pl.String)
+            .alias("device"),
+            "busy_ns",
+        ).select(*self.keys, "busy_ns")
+
     def add(self, intervals: pl.DataFrame, until_ns: int | None) -> None:
         """Intervals (``keys, start_ns, end_ns``) of the bucket that ends at ``until_ns``."""
-        frame = intervals.select(*self.keys, "start_ns", "end_ns")
+        self._add(self._encoded(intervals), until_ns)
+
+    def _add(self, frame: pl.DataFrame, until_ns: int | None) -> None:
         if self._carry is not None and self._carry.height:
             frame = pl.concat([self._carry, frame])
         if until_ns is None:
@@ -127,12 +170,17 @@ class BusyAccumulator:
                 pl.max_horizontal("start_ns", pl.lit(until_ns))
             )
         if now.height:
-            self._parts.append(union_length(now, self.keys))
+            self._parts.append(union_length(now, self._union_keys))
+
+    @property
+    def _union_keys(self) -> list[str]:
+        return ["_key"] if self._devices is not None else self.keys
 
     def result(self) -> pl.DataFrame:
         """``keys, busy_ns`` over everything added (the carry closes at +inf)."""
         if self._carry is not None and self._carry.height:
-            self.add(self._carry.head(0), None)
+            self._add(self._carry.head(0), None)
         if not self._parts:
             return pl.DataFrame(schema={**self.schema, "busy_ns": pl.Int64})
-        return pl.concat(self._parts).group_by(self.keys).agg(pl.col("busy_ns").sum())
+        summed = pl.concat(self._parts).group_by(self._union_keys).agg(pl.col("busy_ns").sum())
+        return self._decoded(summed)

@@ -18,45 +18,68 @@ from analysis.attribute.intervals import segment_index, segments_of, split_at_se
 from analysis.frames import int_value
 from analysis.model import THREAD
 
+#: per launching thread (trace, gtid): its range boundaries, and ``seg, rid, end_ns`` for every
+#: segment each range covers (see :func:`enclosure_layout`)
+EnclosureLayout = dict[tuple[str, int], tuple[pl.Series, pl.DataFrame]]
+_PAIRS = {"op_id": pl.Int64, "rid": pl.Int64}
 
-def projection_pairs(ops: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
+
+def enclosure_layout(ranges: pl.DataFrame) -> EnclosureLayout:
+    """What :func:`projection_pairs` needs of ``ranges`` (``rid, trace, gtid, start_ns, end_ns``).
+
+    Per thread, the instants where a range starts or ends cut the time line into segments; a
+    range ``[start, end]`` includes both ends, so on the integer ns clock it covers
+    ``[start, end + 1)``: the segments from its start's to the one ending at ``end + 1``.
+    """
+    layout: EnclosureLayout = {}
+    for (trace, gtid), mine in ranges.partition_by(list(THREAD), as_dict=True).items():
+        spans = mine.select("rid", "start_ns", (pl.col("end_ns") + 1).alias("end_ns"))
+        cuts = pl.concat([spans["start_ns"], spans["end_ns"]]).unique().sort()
+        covering = range_segments(spans, cuts).join(mine.select("rid", "end_ns"), on="rid")
+        layout[(str(trace), int(gtid))] = (cuts, covering.select("seg", "rid", "end_ns"))
+    return layout
+
+
+def projection_pairs(
+    ops: pl.DataFrame, ranges: pl.DataFrame, layout: EnclosureLayout | None = None
+) -> pl.DataFrame:
     """(op_id, rid) for every range enclosing the op's launch call on the launching thread.
 
-    Ranges on one thread nest, so at each level at most one range can enclose a call: the last
-    one starting before it. One as-of join per nesting level finds it.
+    Exactly NVIDIA's definition, whatever the nesting (start/end ranges that overlap without
+    nesting included): the ranges enclosing a call are those covering the instant it starts
+    (the ranges covering its segment) that end at or after it ends. ``layout``: from
+    :func:`enclosure_layout` of ``ranges`` (computed here when not given).
     """
-    launched = (
-        ops.filter(pl.col("gtid").is_not_null())
-        .select("op_id", *THREAD, "call_start_ns", "call_end_ns")
-        .sort("call_start_ns")
+    layout = enclosure_layout(ranges) if layout is None else layout
+    launched = ops.filter(pl.col("gtid").is_not_null()).select(
+        "op_id", *THREAD, "call_start_ns", "call_end_ns"
     )
-    found: list[pl.DataFrame] = []
-    if ranges.is_empty() or launched.is_empty():
-        return pl.DataFrame(schema={"op_id": pl.Int64, "rid": pl.Int64})
-    for level in range(int_value(ranges["level"].max()) + 1):
-        layer = (
-            ranges.filter(pl.col("level") == level)
-            .select("rid", *THREAD, "start_ns", "end_ns")
-            .sort("start_ns")
-        )
-        if layer.is_empty():
+    found: list[pl.DataFrame] = [pl.DataFrame(schema=_PAIRS)]
+    if not layout or launched.is_empty():
+        return found[0]
+    for (trace, gtid), calls in launched.partition_by(list(THREAD), as_dict=True).items():
+        mine = layout.get((str(trace), int(gtid)))
+        if mine is None:
             continue
-        hit = launched.join_asof(
-            layer,
-            left_on="call_start_ns",
-            right_on="start_ns",
-            by=THREAD,
-            strategy="backward",
-            check_sortedness=False,  # both sides sorted on their keys just above
-        ).filter(pl.col("rid").is_not_null() & (pl.col("end_ns") >= pl.col("call_end_ns")))
-        found.append(hit.select("op_id", "rid"))
-    return pl.concat(found) if found else pl.DataFrame(schema={"op_id": pl.Int64, "rid": pl.Int64})
+        cuts, covering = mine
+        found.append(
+            calls.select(
+                "op_id", "call_end_ns", segment_index(cuts, calls["call_start_ns"]).alias("seg")
+            )
+            .join(covering, on="seg")
+            .filter(pl.col("end_ns") >= pl.col("call_end_ns"))
+            .select("op_id", "rid")
+        )
+    return pl.concat(found)
 
 
 def innermost_by_segment(window_ranges: pl.DataFrame, boundaries: pl.Series) -> pl.DataFrame:
     """For every elementary segment, the innermost window range active in it (``rid`` or null).
 
     Innermost = deepest nesting level; between threads at equal depth, the later start wins.
+    At each level one as-of join per thread finds the range that started last: the only one
+    active then, unless ranges of that level overlap (start/end ranges that do not nest),
+    whose segments are listed one by one (:func:`_tangled`).
     """
     segments = segments_of(boundaries).select("seg", "seg_start_ns")
     threads = window_ranges.select(THREAD).unique()
@@ -79,6 +102,13 @@ def innermost_by_segment(window_ranges: pl.DataFrame, boundaries: pl.Series) -> 
             check_sortedness=False,
         ).filter(pl.col("rid").is_not_null() & (pl.col("end_ns") > pl.col("seg_start_ns")))
         candidates.append(hit.select("seg", "rid", "level", "start_ns"))
+    tangled = _tangled(window_ranges)
+    if tangled.height:
+        candidates.append(
+            range_segments(tangled, boundaries)
+            .join(tangled.select("rid", "level", "start_ns"), on="rid")
+            .select("seg", "rid", "level", "start_ns")
+        )
     if not candidates:
         return segments.select("seg", pl.lit(None, dtype=pl.Int64).alias("rid"))
     best = (
@@ -87,6 +117,15 @@ def innermost_by_segment(window_ranges: pl.DataFrame, boundaries: pl.Series) -> 
         .unique(subset="seg", keep="first")
     )
     return segments.select("seg").join(best.select("seg", "rid"), on="seg", how="left")
+
+
+def _tangled(ranges: pl.DataFrame) -> pl.DataFrame:
+    """Ranges overlapping another range of their thread and level (nested ranges never do)."""
+    keys = [*THREAD, "level"]
+    ordered = ranges.select("rid", *keys, "start_ns", "end_ns").sort([*keys, "start_ns", "end_ns"])
+    reach = pl.col("end_ns").cum_max().shift(1).over(keys)
+    after = pl.col("start_ns").shift(-1).over(keys)
+    return ordered.filter((pl.col("start_ns") < reach) | (pl.col("end_ns") > after))
 
 
 def window_layout(window_ranges: pl.DataFrame) -> tuple[pl.Series, pl.DataFrame]:
@@ -117,7 +156,10 @@ def window_pieces(
 
 
 def range_segments(ranges: pl.DataFrame, boundaries: pl.Series) -> pl.DataFrame:
-    """(rid, seg) for every elementary segment inside each range."""
+    """(rid, seg, first_seg) for every elementary segment inside each range.
+
+    ``first_seg`` marks the segment where the range starts.
+    """
     lo = segment_index(boundaries, ranges["start_ns"])
     hi = segment_index(boundaries, ranges["end_ns"])
     return (
@@ -126,5 +168,7 @@ def range_segments(ranges: pl.DataFrame, boundaries: pl.Series) -> pl.DataFrame:
         .with_columns(pl.int_ranges("lo", "hi").alias("seg"))
         .explode("seg")
         .filter(pl.col("seg").is_not_null())
-        .select("rid", pl.col("seg").cast(pl.Int64))
+        .select(
+            "rid", pl.col("seg").cast(pl.Int64), (pl.col("seg") == pl.col("lo")).alias("first_seg")
+        )
     )

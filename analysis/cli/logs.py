@@ -21,7 +21,7 @@ def logs(
     ],
     out: Annotated[Path, out_option("Folder for the tables and the figure.")] = Path("verl_logs"),
 ) -> None:
-    """Phase times and shares per step from VeRL's timing_s/* metrics, plus per-step metrics."""
+    """Phase times and shares per step from VeRL's timing_s/* (0.1: timing/*) metrics."""
     from analysis.jobs.logs import logs_to
     from analysis.render.verl_logs import summary_rich_table
 

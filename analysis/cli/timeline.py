@@ -9,7 +9,7 @@ import typer
 
 from analysis.cli.analyze import AllRanges, PhaseMapFile, Steps, StripArgs
 from analysis.cli.app import ForceCombine, app, console, note, out_option, spinner
-from analysis.jobs.timeline import DEFAULT_MAX_OPS
+from analysis.jobs.timeline import DEFAULT_MAX_OPS, DEFAULT_MAX_RANGES
 
 
 def _size(n_bytes: int) -> str:
@@ -33,6 +33,14 @@ def timeline(
             "merged into busy blocks (busy time kept; the file and this command say so).",
         ),
     ] = DEFAULT_MAX_OPS,
+    max_ranges: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Most NVTX ranges drawn; past it the shortest are left out (their time still "
+            "counts in the args' phase-table totals; the file and this command say so).",
+        ),
+    ] = DEFAULT_MAX_RANGES,
     merge_gap_us: Annotated[
         float | None,
         typer.Option(
@@ -47,9 +55,18 @@ def timeline(
     steps: Steps = None,
     strip_args: StripArgs = False,
 ) -> None:
-    """Timeline of a run: phases per process, GPU operations per stream, power and busy counters.
+    """Timeline of a run: each NVTX range, GPU operations per stream, power and busy counters.
 
     Chrome trace-event JSON on the run's clock (µs), for ui.perfetto.dev or chrome://tracing.
+    One slice per phase range (every NVTX range with --all-ranges) on the process (file, pid)
+    and thread (tid) that marked it, nested as marked (start/end ranges that overlap without nesting: an extra track of their thread);
+    its args hold the range's own start and end and its phase-table row's totals (wall, GPU
+    busy, kernel, NCCL, memcpy, energy), which sum over all that row's ranges.
+
+    Large runs stay loadable: past --max-ranges the shortest ranges are left out, past
+    --max-ops each stream's GPU operations are merged into busy blocks. This command and the
+    file's otherData say what was thinned; raise the limits to the counts printed to draw
+    everything.
     """
     from analysis.jobs import timeline_to
 
@@ -58,6 +75,7 @@ def timeline(
             run,
             out,
             max_ops=max_ops,
+            max_ranges=max_ranges,
             merge_gap_us=merge_gap_us,
             phase_map=phase_map,
             all_ranges=all_ranges,
@@ -68,9 +86,10 @@ def timeline(
         )
     for line in done.notes:
         note(line)
+    ranges = "no" if done.n_ranges is None else f"{done.n_ranges_drawn:,} of {done.n_ranges:,}"
     console.print(
         f"wrote {done.path} ({_size(done.size_bytes)}, {done.n_events:,} events: "
-        f"{done.n_phases:,} phases, {done.n_gpu_ops:,} GPU operations, "
+        f"{ranges} NVTX ranges, {done.n_gpu_ops:,} GPU operations, "
         f"{done.n_power_samples:,} power samples); open it in ui.perfetto.dev or chrome://tracing",
         highlight=False,
         soft_wrap=True,

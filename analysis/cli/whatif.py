@@ -13,9 +13,10 @@ if TYPE_CHECKING:
     import polars as pl
 
 
-def print_whatif_table(run: pl.DataFrame, source: str) -> None:
-    """The run-level bounds as a table, the phase times' source under it."""
+def print_whatif_table(run: pl.DataFrame, source: str, warnings: list[str] | None = None) -> None:
+    """The run-level bounds as a table, the phase times' source and any warning under it."""
     from rich.table import Table
+    from rich.text import Text
 
     from analysis.render.whatif import RUN_HEADERS, run_rows
 
@@ -28,6 +29,8 @@ def print_whatif_table(run: pl.DataFrame, source: str) -> None:
     if 0 in run["steps"].to_list():
         console.print("–: not available for this run; whatif.md says why", highlight=False)
     console.print(f"phase times: {source}", highlight=False)
+    for warning in warnings or []:
+        console.print(Text(f"warning: {warning}", style="bold"))
 
 
 @app.command()
@@ -49,6 +52,14 @@ def whatif(
             "Adds the p90-response straggler bound."
         ),
     ] = None,
+    steps: Annotated[
+        str | None,
+        typer.Option(
+            "--steps",
+            help="Only these steps: N, A:B (both included), A:, :B, or a comma list (1,3,7); "
+            "2: skips a warm-up step 1 (the overlap pipeline then fills with step 2's gen).",
+        ),
+    ] = None,
     figures: Annotated[
         bool, typer.Option("--figures/--no-figures", help="Draw figures/whatif_per_step.")
     ] = True,
@@ -57,6 +68,6 @@ def whatif(
     from analysis.jobs import whatif_to
 
     with spinner(details=False) as reporter:
-        done = whatif_to(run, out, lengths=lengths, figures=figures, reporter=reporter)
-    print_whatif_table(done.run, done.source)
+        done = whatif_to(run, out, lengths=lengths, steps=steps, figures=figures, reporter=reporter)
+    print_whatif_table(done.run, done.source, done.warnings)
     print_written(done.written, out)

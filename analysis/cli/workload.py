@@ -12,6 +12,8 @@ from analysis.cli.app import app, console, fail, out_option, print_written, spin
 if TYPE_CHECKING:
     import polars as pl
 
+    from analysis.workload.lengths import CapChoice
+
 lengths_app = typer.Typer(
     help="Response lengths (PolyTrace layout): statistics, stragglers, fits, synthetic traces.",
     no_args_is_help=True,
@@ -23,7 +25,11 @@ LengthFiles = Annotated[
     list[Path], typer.Argument(help="packed_lengths_step_*.jsonl files or folders of them.")
 ]
 Cap = Annotated[
-    int | None, typer.Option(help="Max response length of the rollout (fraction at cap).")
+    int | None,
+    typer.Option(
+        help="Max response length of the rollout (fraction at cap). Default: inferred when at "
+        "least 1% of the responses (and 2) share the longest length, else none."
+    ),
 ]
 Run = Annotated[
     Path | None,
@@ -42,11 +48,15 @@ Fit = Annotated[
 LENGTH_COLUMNS = ("step", "n", "mean", "p50", "p90", "p99", "max", "max/mean", "CV", "at cap")
 
 
-def print_length_table(stats: pl.DataFrame, n_responses: int) -> None:
-    """The per-step length statistics as a table."""
+def print_length_table(stats: pl.DataFrame, n_responses: int, cap: CapChoice | None = None) -> None:
+    """The per-step length statistics as a table, with the cap its "at cap" column uses."""
     from rich.table import Table
 
-    table = Table(title=f"Response lengths per step ({n_responses:,} responses)")
+    table = Table(
+        title=f"Response lengths per step ({n_responses:,} responses)",
+        caption=None if cap is None else cap.text(),
+        caption_justify="left",
+    )
     for column in LENGTH_COLUMNS:
         table.add_column(column, justify="right")
     for row in stats.iter_rows(named=True):
@@ -65,6 +75,14 @@ def print_length_table(stats: pl.DataFrame, n_responses: int) -> None:
     console.print(table)
 
 
+def print_warnings(warnings: list[str]) -> None:
+    """Each warning as one ``warning: …`` line."""
+    from rich.text import Text
+
+    for warning in warnings:
+        console.print(Text("warning: " + warning, style="yellow"), soft_wrap=True)
+
+
 @lengths_app.command("analyze")
 def lengths_analyze(
     paths: LengthFiles,
@@ -79,7 +97,8 @@ def lengths_analyze(
 
     with spinner(details=False) as reporter:
         done = analyze_lengths(paths, out, cap=cap, run=run, fit=fit, task=task, reporter=reporter)
-    print_length_table(done.stats, done.n_responses)
+    print_length_table(done.stats, done.n_responses, done.cap)
+    print_warnings(done.warnings)
     print_written(done.written, out)
 
 
@@ -91,12 +110,16 @@ def lengths_fit(
 ) -> None:
     """Fit lognormal marginals and a joint Gaussian mixture (PolyTrace parameter layout)."""
     from analysis.jobs import fit_lengths
+    from analysis.workload.fits import refused_fit_lines
 
     fitted = fit_lengths(paths, out, task=task)
+    ks = fitted["output_distribution"]["ks_statistic"]
     console.print(
-        f"{task}: output lognorm KS={fitted['output_distribution']['ks_statistic']:.3f}, "
-        f"mixture of {fitted['joint_distribution']['n_components']} → {out}"
+        f"{task}: output lognorm "
+        + (f"KS={ks:.3f}" if ks is not None else "refused")
+        + f", mixture of {fitted['joint_distribution']['n_components']} → {out}"
     )
+    print_warnings(refused_fit_lines(fitted))
 
 
 @lengths_app.command("sample")
@@ -139,7 +162,10 @@ def fidelity(
 ) -> None:
     """Trace phase times vs VeRL's timing_s/* per step: error %, accuracy per stage and overall."""
     from analysis.jobs import fidelity_to
+    from analysis.workload.fidelity import to_markdown
 
     with spinner(details=False) as reporter:
-        text = fidelity_to(run, log, out, reporter=reporter)
-    console.print(text, markup=False, highlight=False)
+        done = fidelity_to(run, log, out, reporter=reporter)
+    # the table without summary.md's warning paragraph: the warning is the last line here
+    console.print(to_markdown(done.summary, warning=False), markup=False, highlight=False)
+    print_warnings(done.warnings)

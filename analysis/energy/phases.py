@@ -21,7 +21,6 @@ it and the phases whose energy came out negative; so does any other negative int
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -46,7 +45,7 @@ ENERGY_ERROR = "ERROR: "
 
 @dataclass
 class PhaseEnergy:
-    """:func:`phase_energy`'s result; unpacks as ``(per_range, per_device, idle)``."""
+    """:func:`phase_energy`'s result."""
 
     #: energy columns (:data:`ENERGY_COLUMNS`) per range ``rid``
     per_range: pl.DataFrame
@@ -56,10 +55,6 @@ class PhaseEnergy:
     idle: pl.DataFrame
     #: error-level warnings (:data:`ENERGY_ERROR`): devices and phases left null
     warnings: list[str] = field(default_factory=list)
-
-    def __iter__(self) -> Iterator[pl.DataFrame]:
-        """The three frames, as callers written before ``warnings`` unpack them."""
-        return iter((self.per_range, self.per_device, self.idle))
 
 
 def range_devices(

@@ -75,19 +75,23 @@ def gpu_metrics_files(result: Analysis, out: Path, reporter: Reporter) -> list[P
 
 def length_sections(
     result: Analysis, length_dir: Path, cap: int | None, figures: Path, drawing: Drawing
-) -> list[Section]:
-    """The report's length, straggler and energy-per-token sections; figures go to ``drawing``."""
+) -> tuple[list[Section], list[str]]:
+    """The report's length, straggler and energy-per-token sections, and what to warn of.
+
+    The figures go to ``drawing`` with the cap used (given, or inferred from the records); the
+    warnings name length records of steps the run lacks and run steps without records.
+    """
     from analysis.render.figure_tasks import length_figure_tasks
-    from analysis.workload.lengths import length_stats, read_packed_lengths
-    from analysis.workload.stragglers import energy_per_token, generation_tails
+    from analysis.workload.lengths import read_packed_lengths
+    from analysis.workload.stragglers import run_lengths
 
     responses = read_packed_lengths([length_dir])
-    stats = length_stats(responses, cap=cap)
-    tails = generation_tails(result, stats)
-    for task in length_figure_tasks(responses, tails, figures, cap):
+    tables = run_lengths(result, responses, cap)
+    for task in length_figure_tasks(responses, tables.tails, figures, tables.cap.value):
         drawing.draw(task)
-    return [
-        ("Response lengths per step", stats),
-        ("Rollout stragglers", tails),
-        ("Energy per generated token", energy_per_token(result, stats)),
+    sections: list[Section] = [
+        ("Response lengths per step", tables.stats),
+        ("Rollout stragglers", tables.tails),
+        ("Energy per generated token", tables.energy),
     ]
+    return sections, list(tables.warnings)

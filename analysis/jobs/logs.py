@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 class LogsOutputs:
     """What :func:`logs_to` made: the tables, the table's title and the files written."""
 
-    #: ``step, phase, seconds`` (``phase_times.csv``)
+    #: ``step, phase, seconds, source`` (``phase_times.csv``)
     phase_times: pl.DataFrame
     #: one row per step, every other metric as logged (``steps.csv``)
     steps: pl.DataFrame
@@ -33,12 +33,24 @@ def _step_list(steps: list[int], most: int = 8) -> str:
     return shown + (f", … ({len(steps)} steps)" if len(steps) > most else "")
 
 
+def summed_note(steps: list[int]) -> str:
+    """Why ``steps`` have the sum of their phases as their time (no step timer logged)."""
+    from analysis.workload.verl_logs import SUMMED
+
+    return (
+        f"no step timer (timing_s/step) in steps {_step_list(steps)} (VeRL 0.1 logs none): "
+        f"their step time is the sum of their stage timers (source '{SUMMED}' in "
+        "phase_times.csv), so the time between stages is not seen"
+    )
+
+
 def logs_to(
     paths: Sequence[Path], out: Path, *, max_bars: int = 40, reporter: Reporter = QUIET
 ) -> LogsOutputs:
     """Read VeRL console or JSON-lines logs (run segments, in order) and write into ``out``.
 
-    ``phase_times.csv``, ``steps.csv``, ``phase_summary.csv``, ``phase_summary.md`` and
+    ``phase_times.csv`` (``step, phase, seconds, source``; every step has a ``step`` row),
+    ``steps.csv``, ``phase_summary.csv``, ``phase_summary.md`` and
     ``figures/phase_share.{png,svg}`` (at most ``max_bars`` bars). A step logged again keeps the
     last file's values (noted); a log without step timers is a ``WorkloadInputError``.
     """
@@ -57,8 +69,9 @@ def logs_to(
         )
     values = wl.latest_values(log)
     times = wl.phase_times(values)
-    if not (times["phase"] == wl.STEP).any():
-        reporter.note("no timing_s/step in the log: each step's time is the sum of its phases")
+    summed = wl.summed_steps(times)
+    if summed:
+        reporter.note(summed_note(summed))
     over = wl.overtimed_steps(times)
     if over:
         reporter.note(
@@ -67,11 +80,11 @@ def logs_to(
         )
     steps = wl.steps_table(values, times)
     summary = wl.phase_summary(times)
-    shares, bars = wl.share_bars(times, max_bars=max_bars)
+    shares, bars = render.share_bars(times, max_bars=max_bars)
     title = render.summary_title(times)
     with output_folder(out) as session:
         render.write_csv_tables(session, times, steps, summary)
-        markdown = render.summary_markdown(summary, title)
+        markdown = render.summary_markdown(summary, title, summed_note(summed) if summed else None)
         session.write("phase_summary.md", lambda p: p.write_text(markdown, encoding="utf-8"))
         session.add(render.phase_share_figure(shares, bars, out / "figures"))
     return LogsOutputs(

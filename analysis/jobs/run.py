@@ -119,6 +119,16 @@ def _invoked(
     )
 
 
+def _with_warnings(result: Analysis, warnings: Sequence[str]) -> Analysis:
+    """``result`` with ``warnings`` added to its summary's (the report lists them)."""
+    if not warnings:
+        return result
+    import dataclasses
+
+    summary = dataclasses.replace(result.summary, warnings=[*result.summary.warnings, *warnings])
+    return dataclasses.replace(result, summary=summary)
+
+
 # --- analyze, report, compare --------------------------------------------------------------------
 
 
@@ -207,7 +217,7 @@ def analyze_to(
                 result = select_run(result, spec)
             result = _invoked(result, command_line, phase_map, top_kernels)
             if drawing is not None and detail_steps:
-                from analysis.render.power_figure import check_detail_steps
+                from analysis.aggregate.step_stack import check_detail_steps
 
                 check_detail_steps(result.steps, detail_steps)  # before anything is written
             written = _write_analysis(result, out, drawing, top_kernels, detail_steps, reporter)
@@ -302,7 +312,7 @@ def build_report(
         ) as result,
     ):
         if detail_steps:
-            from analysis.render.power_figure import check_detail_steps
+            from analysis.aggregate.step_stack import check_detail_steps
 
             check_detail_steps(result.steps, detail_steps)  # before anything is written
         # out ends up holding this run's files only; an analysis drawn from out itself stays
@@ -320,7 +330,11 @@ def build_report(
             sections = _kernel_sections(result, folder)
             length_dir = lengths or find_lengths(inputs)
             if length_dir is not None:
-                sections += length_sections(result, length_dir, cap, out / "figures", drawing)
+                found, warned = length_sections(result, length_dir, cap, out / "figures", drawing)
+                sections += found
+                for line in warned:
+                    reporter.note(f"warning: {line}")
+                result = _with_warnings(result, warned)  # in the report's "Warnings"
             reporter.stage("drawing figures")
             figures = session.add(drawing.drawn())
             return session.add(write_report(result, out, figures, sections))

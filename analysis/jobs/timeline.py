@@ -23,6 +23,10 @@ if TYPE_CHECKING:  # Polars and the analysis are imported where used: importing 
 
 #: GPU operations shown one by one up to this many; past it, merged per stream into busy blocks
 DEFAULT_MAX_OPS = 200_000
+#: NVTX ranges drawn up to this many; past it, the shortest are left out (with their args, a
+#: range's slice takes ~0.5 kB of JSON: the default keeps the file within what ui.perfetto.dev
+#: loads comfortably, beside DEFAULT_MAX_OPS operations)
+DEFAULT_MAX_RANGES = 300_000
 
 
 @dataclass(frozen=True)
@@ -32,10 +36,12 @@ class TimelineOutputs:
     path: Path
     size_bytes: int
     n_events: int
-    n_phases: int
+    #: NVTX ranges of the run (None: an analysis folder without ranges.parquet), and drawn
+    n_ranges: int | None
+    n_ranges_drawn: int
     n_gpu_ops: int
     n_power_samples: int
-    #: operations merged (how), or not available in an analysis folder
+    #: what was thinned (ranges left out, operations merged) or is not available
     notes: list[str]
 
 
@@ -65,6 +71,7 @@ def timeline_to(
     out: Path,
     *,
     max_ops: int = DEFAULT_MAX_OPS,
+    max_ranges: int = DEFAULT_MAX_RANGES,
     merge_gap_us: float | None = None,
     phase_map: Path | None = None,
     all_ranges: bool = False,
@@ -75,7 +82,8 @@ def timeline_to(
 ) -> TimelineOutputs:
     """Write one run's timeline to ``out`` (gzipped when it ends in ``.gz``): ``timeline``.
 
-    Past ``max_ops`` GPU operations, each stream's are merged into busy blocks; ``merge_gap_us``
+    One slice per NVTX range; past ``max_ranges`` ranges the shortest are left out. Past
+    ``max_ops`` GPU operations, each stream's are merged into busy blocks; ``merge_gap_us``
     merges operations less than that apart whatever their number. ``phase_map``/``all_ranges``/
     ``force_combine``/``strip_args`` apply to traces (a note for an analysis folder); ``steps``
     (``--steps`` syntax) keeps those steps' phases and operations.
@@ -99,7 +107,7 @@ def timeline_to(
         full = run if folder is None else with_full_activity(run, folder)
         full = select_steps(full, spec) if spec else full
         reporter.stage("building the timeline")
-        timeline = build_timeline(full, max_ops=max_ops, merge_gap_ns=gap_ns)
+        timeline = build_timeline(full, max_ops=max_ops, merge_gap_ns=gap_ns, max_ranges=max_ranges)
         reporter.stage(f"writing {out}")
         try:
             path = write_timeline(timeline, out)
@@ -110,7 +118,8 @@ def timeline_to(
         path=path,
         size_bytes=path.stat().st_size,
         n_events=timeline.n_events,
-        n_phases=other["n_phases"],
+        n_ranges=other["n_ranges"],
+        n_ranges_drawn=other.get("n_ranges_drawn", 0),
         n_gpu_ops=other["n_gpu_ops"],
         n_power_samples=other["n_power_samples"],
         notes=timeline.notes,

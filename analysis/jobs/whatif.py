@@ -3,15 +3,18 @@
 A run is an analysis folder, traces (:func:`~analysis.jobs.run.open_run` tells which), or the
 ``phase_times.csv`` of VeRL's logged stage times (``nvtx-phases logs``; a folder holding it, or
 the file): columns ``step`` (int), ``phase`` (VeRL stage name, ``step`` for the step's own
-time), ``seconds``. From a trace the bounds use the driver's window phases, per-GPU busy time,
-per-rank generation ends and power; from logs only the times (the rest is "not available").
+time), ``seconds``, and optionally ``source`` (the logged key; ``sum of stage timers`` for a step
+time that no step timer gave, VeRL 0.1's case). From a trace the bounds use the driver's window
+phases, per-GPU busy time, per-rank generation ends and power; from logs only the times (the
+rest is "not available"). ``--steps`` restricts either to some steps.
 Response-length records (``--lengths``, or found beside the run) add the p90-response variant.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,6 +41,8 @@ class WhatIfOutputs:
     run: pl.DataFrame
     source: str
     written: list[Path]
+    #: one line each: a step that dominates the run's totals (a warm-up), with the fix
+    warnings: list[str] = field(default_factory=list)
 
 
 # --- the inputs: a run's measurements ------------------------------------------------------------
@@ -149,12 +154,14 @@ def inputs_from_phase_times(
     """
     import polars as pl
 
+    from analysis.workload.verl_logs import summed_steps
     from analysis.workload.whatif import PHASE_TIMES_SCHEMA, WhatIfInputs, p90_response_tail
     from nvtx_phases.naming import VERL_TRAINER_PHASES
 
     missing = [c for c in PHASE_TIMES_SCHEMA if c not in frame.columns]
     if missing:
         raise WorkloadInputError(f"{name}: no column(s) {', '.join(missing)}")
+    summed = tuple(summed_steps(frame))
     frame = frame.select(*PHASE_TIMES_SCHEMA)
     if frame.null_count().sum_horizontal().item() or (frame["seconds"] < 0).any():
         raise WorkloadInputError(f"{name}: empty or negative values in step, phase or seconds")
@@ -163,10 +170,79 @@ def inputs_from_phase_times(
         step, phase = twice.row(0)[:2]
         raise WorkloadInputError(f"{name}: step {step} has phase {phase!r} twice")
     if frame.filter(pl.col("phase") == STEP).is_empty():
-        raise WorkloadInputError(f"{name}: no rows of phase 'step' (the step's own time)")
+        raise WorkloadInputError(
+            f"{name}: no rows of phase 'step' (the step's own time; `nvtx-phases logs` writes "
+            "one for every step)"
+        )
     times = frame.filter(pl.col("phase").is_in(VERL_TRAINER_PHASES))
     p90 = None if lengths_stats is None else p90_response_tail(times, lengths_stats)
-    return WhatIfInputs(times, None, None, p90, None, None, source=f"{name}: logged stage times")
+    source = f"{name}: logged stage times"
+    if summed:
+        source += (
+            f"; no step timer in steps {_spec(list(summed))} (VeRL 0.1 logs none): their step "
+            "time is the sum of their stage timers, the time between stages not seen"
+        )
+    return WhatIfInputs(times, None, None, p90, None, None, source=source, summed_steps=summed)
+
+
+def _spec(steps: list[int]) -> str:
+    """``steps`` as a ``--steps`` value without spaces (``2:5,7``)."""
+    from analysis.run.select import steps_text
+
+    return steps_text(steps).replace(", ", ",")
+
+
+def select_times(inp: WhatIfInputs, steps: str) -> WhatIfInputs:
+    """``inp`` (logged stage times) restricted to the steps the ``--steps`` spec ``steps`` picks.
+
+    Raises :class:`~analysis.errors.InputError` for a bad spec or one that matches no step.
+    """
+    import polars as pl
+
+    from analysis.errors import InputError
+    from analysis.run.select import parse_steps
+
+    spec = parse_steps(steps)
+    have = sorted(inp.times["step"].unique().to_list())
+    chosen = spec.picks(have)
+    if not chosen:
+        raise InputError(
+            f"--steps {spec.text!r} matches no step of this log (steps available: {_spec(have)})"
+        )
+    return dataclasses.replace(
+        inp,
+        times=inp.times.filter(pl.col("step").is_in(chosen)),
+        p90_tail=None
+        if inp.p90_tail is None
+        else inp.p90_tail.filter(pl.col("step").is_in(chosen)),
+        summed_steps=tuple(s for s in inp.summed_steps if s in chosen),
+    )
+
+
+def dominance_warnings(times: pl.DataFrame) -> list[str]:
+    """A warning naming the steps that dominate the run's totals and the ``--steps`` without them."""
+    import polars as pl
+
+    from analysis.render.whatif import format_seconds
+    from analysis.workload.whatif_pipeline import DOMINANT_FACTOR, dominant_steps
+
+    steps = times.filter(pl.col("phase") == STEP).select("step", pl.col("seconds").alias("step_s"))
+    found = dominant_steps(steps)
+    if found.is_empty():
+        return []
+    which = ", ".join(
+        f"step {r['step']} takes {format_seconds(r['step_s'])}, "
+        f"{r['step_s'] / r['others_s']:.0f}× the median of the other steps "
+        f"({format_seconds(r['others_s'])})"
+        if r["others_s"]
+        else f"step {r['step']} takes {format_seconds(r['step_s'])} (the others take 0 s)"
+        for r in found.iter_rows(named=True)
+    )
+    kept = sorted(set(steps["step"].to_list()) - set(found["step"].to_list()))
+    return [
+        f"{which}: a warm-up or an outlier (≥ {DOMINANT_FACTOR:g}× the others' median) that "
+        f"dominates every run total here; `--steps {_spec(kept)}` leaves it out"
+    ]
 
 
 def phase_times_file(inputs: Sequence[Path]) -> Path | None:
@@ -180,7 +256,10 @@ def phase_times_file(inputs: Sequence[Path]) -> Path | None:
 
 
 def read_phase_times(path: Path) -> pl.DataFrame:
-    """A ``phase_times.csv`` with :data:`~analysis.workload.whatif.PHASE_TIMES_SCHEMA`'s types."""
+    """A ``phase_times.csv`` with :data:`~analysis.workload.whatif.PHASE_TIMES_SCHEMA`'s types.
+
+    Its ``source`` column (``nvtx-phases logs`` writes one) is kept where there is one.
+    """
     import polars as pl
 
     from analysis.workload.whatif import PHASE_TIMES_SCHEMA
@@ -190,7 +269,10 @@ def read_phase_times(path: Path) -> pl.DataFrame:
         missing = [c for c in PHASE_TIMES_SCHEMA if c not in raw.columns]
         if missing:
             raise WorkloadInputError(f"{path}: no column(s) {', '.join(missing)}")
-        return raw.select(pl.col(c).cast(t, strict=True) for c, t in PHASE_TIMES_SCHEMA.items())
+        source = ["source"] if "source" in raw.columns else []  # what `logs` writes beside
+        return raw.select(
+            *(pl.col(c).cast(t, strict=True) for c, t in PHASE_TIMES_SCHEMA.items()), *source
+        )
     except pl.exceptions.PolarsError as exc:
         raise WorkloadInputError(
             f"{path}: not a phase_times.csv (step, phase, seconds): {one_line(str(exc))}"
@@ -205,6 +287,7 @@ def whatif_to(
     out: Path,
     *,
     lengths: Path | None = None,
+    steps: str | None = None,
     figures: bool = True,
     reporter: Reporter = QUIET,
 ) -> WhatIfOutputs:
@@ -212,6 +295,8 @@ def whatif_to(
 
     ``inputs``: an analysis folder, traces, or a ``phase_times.csv`` (or its folder).
     ``lengths``: response-length records (default: :func:`~analysis.jobs.run.find_lengths`).
+    ``steps``: a ``--steps`` spec (:mod:`analysis.run.select`): only those steps. A step that
+    dominates the run's totals is warned about (``warnings``, and in ``whatif.md``).
     Raises :class:`~analysis.errors.WorkloadInputError` for a run without steps.
     """
     from analysis.render.files import check_output_folder
@@ -228,17 +313,23 @@ def whatif_to(
     logs = phase_times_file(inputs)
     if logs is not None:
         inp = inputs_from_phase_times(read_phase_times(logs), stats, name=str(logs))
+        inp = inp if steps is None else select_times(inp, steps)
     else:
         name = ", ".join(map(str, inputs))
-        with open_run(inputs, label=name, reporter=reporter) as analysis:
+        with open_run(inputs, label=name, steps=steps, reporter=reporter) as analysis:
             if not analysis.summary.gpu.total_gpu_ns:
                 reporter.note(
                     "no GPU activity in this run (CPU-only capture): the bounds are wall-time "
                     "bounds of its phases; 'GPU' in their assumptions means whatever ran them"
                 )
             inp = inputs_from_analysis(analysis, stats, name=name)
+    if steps is not None:
+        inp = dataclasses.replace(inp, source=f"{inp.source}; --steps {steps.strip()}")
     table = whatif_table(inp)
     run = run_level(table)
+    warnings = dominance_warnings(inp.times)
     reporter.stage("writing outputs")
-    written = write_whatif(table, run, out, source=inp.source, figures=figures)
-    return WhatIfOutputs(table=table, run=run, source=inp.source, written=written)
+    written = write_whatif(table, run, out, source=inp.source, figures=figures, warnings=warnings)
+    return WhatIfOutputs(
+        table=table, run=run, source=inp.source, written=written, warnings=warnings
+    )

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import polars as pl
+
+    from analysis.workload.lengths import CapChoice
 
 
 from analysis.jobs.common import QUIET, Reporter
@@ -20,11 +22,15 @@ from analysis.jobs.run import open_run
 
 @dataclass(frozen=True)
 class LengthsOutputs:
-    """What :func:`analyze_lengths` made: per-step statistics and the files written."""
+    """What :func:`analyze_lengths` made: per-step statistics, the cap, warnings, files written."""
 
     stats: pl.DataFrame
     n_responses: int
     written: list[Path]
+    #: the cap the "at cap" column uses: given, inferred or none (``cap.text()`` says which)
+    cap: CapChoice | None = None
+    #: one line each: records and run steps that do not match, fits refused as degenerate
+    warnings: list[str] = field(default_factory=list)
 
 
 def _atomic_text(path: Path, text: str) -> Path:
@@ -45,9 +51,11 @@ def analyze_lengths(
 ) -> LengthsOutputs:
     """Length statistics, drift, rank imbalance and figures into ``out``: ``lengths analyze``.
 
-    ``run`` (its analysis folder or traces) adds stragglers, phase imbalance and energy per
-    token. ``fit``: True fits distributions (``MissingDependency`` without scipy and
-    scikit-learn, before any work); None fits when they are installed, else notes the skip.
+    ``cap``: the rollout's max response length; None infers it
+    (:func:`~analysis.workload.lengths.resolve_cap`). ``run`` (its analysis folder or traces)
+    adds stragglers, phase imbalance and energy per token. ``fit``: True fits distributions
+    (``MissingDependency`` without scipy and scikit-learn, before any work); None fits when they
+    are installed, else notes the skip.
     """
     from analysis.errors import MissingDependency
     from analysis.render.files import atomic_write
@@ -65,39 +73,58 @@ def analyze_lengths(
         )
     responses = lw.read_packed_lengths(paths)
     rewards = lw.read_reward_timings(paths)
-    stats = lw.length_stats(responses, cap=cap)
+    choice = lw.resolve_cap(responses, cap)
+    stats = lw.length_stats(responses, cap=choice)
+    warnings: list[str] = []
     written = [
         atomic_write(out / "length_stats.csv", stats.write_csv),
         atomic_write(out / "length_drift.csv", lw.drift(stats).write_csv),
         atomic_write(out / "rank_imbalance.csv", lw.rank_imbalance(responses, rewards).write_csv),
-        *length_cdf(responses, out / "figures", cap=cap),
-        *length_heatmap(responses, out / "figures", cap=cap),
+        *length_cdf(responses, out / "figures", cap=choice.value),
+        *length_heatmap(responses, out / "figures", cap=choice.value),
     ]
     if run is not None:
-        written += _run_length_files(run, stats, out, reporter)
+        written += _run_length_files(run, responses, choice, out, warnings, reporter)
     if fit is not False and not missing:
-        from analysis.workload.fits import fit_task, parameter_file
+        from analysis.workload.fits import fit_task, parameter_file, refused_fit_lines
 
-        params = parameter_file(
-            {task: fit_task(responses, task)}, source=", ".join(map(str, paths))
-        )
+        fitted = fit_task(responses, task)
+        warnings += [f"fits.json: {line}" for line in refused_fit_lines(fitted)]
+        params = parameter_file({task: fitted}, source=", ".join(map(str, paths)))
         written.append(_atomic_text(out / "fits.json", json.dumps(params, indent=2)))
-    return LengthsOutputs(stats=stats, n_responses=responses.height, written=written)
+    return LengthsOutputs(
+        stats=stats,
+        n_responses=responses.height,
+        written=written,
+        cap=choice,
+        warnings=warnings,
+    )
 
 
-def _run_length_files(run: Path, stats: pl.DataFrame, out: Path, reporter: Reporter) -> list[Path]:
-    """Stragglers, phase imbalance and energy per token of ``run``, and the straggler figure."""
+def _run_length_files(
+    run: Path,
+    responses: pl.DataFrame,
+    cap: CapChoice,
+    out: Path,
+    warnings: list[str],
+    reporter: Reporter,
+) -> list[Path]:
+    """Stragglers, phase imbalance and energy per token of ``run``, and the straggler figure.
+
+    Appends to ``warnings`` where the records' steps and the run's do not match.
+    """
     from analysis.render.files import atomic_write
     from analysis.render.length_figures import straggler_timeline
-    from analysis.workload.stragglers import energy_per_token, generation_tails, phase_imbalance
+    from analysis.workload.stragglers import phase_imbalance, run_lengths
 
     with open_run([run], label=str(run), reporter=reporter) as analysis:
-        tails = generation_tails(analysis, stats)
+        tables = run_lengths(analysis, responses, cap)
+        warnings += tables.warnings
         return [
-            atomic_write(out / "stragglers.csv", tails.write_csv),
+            atomic_write(out / "stragglers.csv", tables.tails.write_csv),
             atomic_write(out / "phase_imbalance.csv", phase_imbalance(analysis).write_csv),
-            atomic_write(out / "energy_per_token.csv", energy_per_token(analysis, stats).write_csv),
-            *straggler_timeline(tails, out / "figures"),
+            atomic_write(out / "energy_per_token.csv", tables.energy.write_csv),
+            *straggler_timeline(tables.tails, out / "figures"),
         ]
 
 
@@ -117,13 +144,31 @@ def fit_lengths(paths: Sequence[Path], out: Path, *, task: str = "task") -> dict
     return fitted
 
 
-def fidelity_to(run: Path, log: Path, out: Path, *, reporter: Reporter = QUIET) -> str:
-    """Trace phase times vs a VeRL log's, written to ``out``; returns the Markdown: ``fidelity``.
+@dataclass(frozen=True)
+class FidelityOutputs:
+    """What :func:`fidelity_to` made: the Markdown of ``summary.md`` and the warnings."""
 
-    The log is read first: a missing one fails before a long analysis.
+    #: ``summary.md``: the per-stage table, the overall accuracy, the notes
+    text: str
+    #: ``summary.json``'s object
+    summary: dict[str, Any]
+    #: one line each; the log and the trace looking like different runs
+    warnings: list[str]
+
+
+def fidelity_to(run: Path, log: Path, out: Path, *, reporter: Reporter = QUIET) -> FidelityOutputs:
+    """Trace phase times vs a VeRL log's, written to ``out``: ``fidelity``.
+
+    The log is read first: a missing one fails before a long analysis. ``summary.md`` starts
+    with a warning when the two look like different runs (``summary.json``: ``same_run``).
     """
     from analysis.render.files import atomic_write
-    from analysis.workload.fidelity import compare_with_log, read_verl_log, to_markdown
+    from analysis.workload.fidelity import (
+        compare_with_log,
+        mismatch_warning,
+        read_verl_log,
+        to_markdown,
+    )
 
     logged = read_verl_log(log)
     with open_run([run], label=str(run), reporter=reporter) as analysis:
@@ -132,4 +177,5 @@ def fidelity_to(run: Path, log: Path, out: Path, *, reporter: Reporter = QUIET) 
     atomic_write(out / "fidelity_steps.csv", per_step.write_csv)
     _atomic_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     _atomic_text(out / "summary.md", text)
-    return text
+    warning = mismatch_warning(summary)
+    return FidelityOutputs(text=text, summary=summary, warnings=[warning] if warning else [])

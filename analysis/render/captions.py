@@ -4,7 +4,8 @@
 ``compare_<metric>`` figures get :func:`analysis.render.compare_figures.compare_caption` (it
 depends on whether the runs have steps), which :func:`caption_for` returns for those stems too.
 ``nvtx-phases logs`` writes its own ``phase_share`` figure (a different one, from VeRL's
-timers): its caption is :data:`VERL_LOGS_CAPTIONS`.
+timers): its caption is :data:`VERL_LOGS_CAPTIONS`. Every figure's drawn numbers are in
+``figures/<stem>.csv`` beside it.
 """
 
 from __future__ import annotations
@@ -14,16 +15,18 @@ _ORDER = "Phases in execution order (first start), each in its NVTX colour"
 
 FIGURE_CAPTIONS: dict[str, str] = {
     "phase_time_per_step": (
-        "Wall time of each phase per step, stacked bottom to top in execution order, each phase "
-        "in its NVTX colour; the grey 'other (no phase)' segment is the step's time no phase "
-        "covers, so a bar is as tall as its step. Beyond 40 steps each bar is the mean step "
-        "over a bin of consecutive steps, labelled first–last."
+        "Wall time of each phase per step, stacked bottom to top in execution order (the legend "
+        "lists them top to bottom, as stacked), each phase in its NVTX colour; the grey 'other "
+        "(no phase)' segment is the step's time no phase covers, so a bar is as tall as its "
+        "step (where several processes mark a step, the mean per step range). Beyond 40 steps "
+        "each bar is the mean step over a bin of consecutive steps, labelled first–last."
     ),
     "phase_share": (
-        "Per phase, the median over steps of its share of the step's wall time (solid bars) "
-        "and, when GPU power was measured, of the step's GPU energy (light, hatched bars); "
-        "whiskers span p10–p90 over steps. " + _ORDER + "; medians of shares need not add up to "
-        "100%."
+        "Per phase, its share of the step: its wall time over the step range's (solid bars) "
+        "and, when GPU power was measured, its GPU energy over the step's, energy between "
+        "phases included (light, hatched bars); bar: median over steps (those where the phase "
+        "ran), whiskers p10–p90. " + _ORDER + "; shares need not add up to 100%: the rest is "
+        "time outside any phase."
     ),
     "busy_idle_per_phase": (
         "Per phase, GPU busy time (solid: a kernel or copy running) stacked under GPU idle time "

@@ -41,7 +41,7 @@ def compare_caption(metric: str, whole_capture: bool = False) -> str:
         else "Each bar is the run's median over steps; whiskers span p10–p90 over steps."
     )
     return (
-        f"{label.capitalize()} ({unit}) per phase, one bar per run, phases top to bottom in "
+        f"{label[:1].upper() + label[1:]} ({unit}) per phase, one bar per run, phases top to bottom in "
         f"execution order. {spread} Left: the driver's phases (window scheme: every GPU's work "
         "inside the phase), with the whole step on its own axis above; right: the workers' "
         f"ranges (projection scheme: the work they launched). At most {MAX_PANEL_PHASES} "
@@ -107,6 +107,37 @@ def _panels(data: pl.DataFrame, max_phases: int) -> list[tuple[str, pl.DataFrame
     return panels
 
 
+#: a metric's unit as a column-name suffix
+_UNIT_SUFFIX = {"%": "pct", "ms": "ms", "MB": "mb", "J": "j", "W": "w"}
+
+
+def metric_figure_data(
+    rows: pl.DataFrame, metric: str, whole_capture: bool, max_phases: int = MAX_PANEL_PHASES
+) -> pl.DataFrame:
+    """What ``compare_<metric>`` draws: per panel, phase (``path``) and run the bar and whiskers.
+
+    Columns ``panel, attribution, path, run, median_<unit>, p10_<unit>, p90_<unit>`` (whiskers
+    null for a whole capture, where none is drawn); panels as drawn, phases top to bottom.
+    """
+    unit = _UNIT_SUFFIX.get(STEP_METRICS[metric][1], STEP_METRICS[metric][1].lower())
+    parts = []
+    for k, (title, data, paths, _) in enumerate(_panels(rows, max_phases)):
+        order = pl.DataFrame({"path": paths, "position": range(len(paths))})
+        panel = [pl.lit(title).alias("panel"), pl.lit(k).alias("k")]
+        parts.append(data.join(order, on="path").with_columns(*panel))
+    drawn = pl.concat(parts).sort("k", "position", "run_order")
+    spread = [pl.col(q) if not whole_capture else pl.lit(None, pl.Float64) for q in ("p10", "p90")]
+    return drawn.select(
+        "panel",
+        "attribution",
+        "path",
+        "run",
+        pl.col("median").alias(f"median_{unit}"),
+        spread[0].alias(f"p10_{unit}"),
+        spread[1].alias(f"p90_{unit}"),
+    )
+
+
 def _metric_figure(
     rows: pl.DataFrame, runs: list[str], metric: str, whole_capture: bool, max_phases: int
 ) -> plt.Figure:
@@ -148,7 +179,7 @@ def _metric_figure(
 def comparison_figures(
     summary: pl.DataFrame, out: Path, *, max_phases: int = MAX_PANEL_PHASES
 ) -> list[Path]:
-    """One figure per metric with data (``compare_<metric>``.png/.svg under ``out``).
+    """One figure per metric with data (``compare_<metric>``.png/.svg/.csv under ``out``).
 
     At most ``max_phases`` phases per panel: those with the largest median in any run.
     """
@@ -161,5 +192,6 @@ def comparison_figures(
         if rows.is_empty():
             continue
         fig = _metric_figure(rows, runs, metric, whole_capture, max_phases)
-        written += save_figure(fig, out, f"compare_{metric}")
+        drawn = metric_figure_data(rows, metric, whole_capture, max_phases)
+        written += save_figure(fig, out, f"compare_{metric}", data=drawn)
     return written

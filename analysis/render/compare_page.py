@@ -34,13 +34,13 @@ def _table(header: list[str], body: list[list[str]]) -> str:
 
 def compare_html(summary: pl.DataFrame, runs: list[str], figures: list[Path]) -> str:
     """The page: intro, then per metric its figure (with caption) and its table."""
-    from analysis.render.comparison import intro, metric_tables, metric_title
+    from analysis.render.comparison import has_graphs, intro, metric_tables, metric_title
 
     e = escape_html
     whole_capture = summary["n_steps"].null_count() == summary.height
     pngs = {p.stem: p for p in figures if p.suffix == ".png"}
     parts = [
-        f"<p>{e(intro(runs, whole_capture))}</p>",
+        f"<p>{e(intro(runs, whole_capture, has_graphs(summary)))}</p>",
         '<p class="csv">Every phase and metric: <a href="compare.csv">compare.csv</a>; per '
         'step: <a href="compare_steps.csv">compare_steps.csv</a>.</p>',
     ]

@@ -3,8 +3,10 @@
 The tables are :func:`analysis.workload.compare.compare_runs`'s; this module only formats and
 writes them (each file atomically). Per metric, each phase shows every run's median (p10–p90)
 over steps, the difference to the first run in the metric's unit (percentage points for a
-percentage) and in % of the first run's value; window (driver) phases first, then projection
-(worker) ranges, each in execution order.
+percentage) and in % of the first run's value where that value is at least the metric's floor
+(:data:`analysis.workload.compare.PCT_FLOORS`, stated once in the intro; below it the % cell
+is empty); window (driver) phases first, then projection (worker) ranges, each in execution
+order. A number that rounds to zero prints as ``0``, never ``-0.000``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from analysis.model import Analysis
 from analysis.render.compare_figures import comparison_figures
 from analysis.render.files import atomic_write
 from analysis.render.report_html import escape_md
-from analysis.workload.compare import compare_runs
+from analysis.workload.compare import FLOOR_TEXT, KEYS, compare_runs
 
 #: the metrics ``compare.md`` shows, in order (those without a value in any run are left out)
 MARKDOWN_METRICS = tuple(STEP_METRICS)
@@ -44,31 +46,50 @@ def _digits(cells: dict[str, dict[str, Any]]) -> int:
     return 1 if largest >= 100 else 2 if largest >= 1 or largest == 0 else 3
 
 
+def number(value: float, digits: int, *, sign: bool = False) -> str:
+    """``value`` with ``digits`` decimals, signed with ``sign``; ``0`` where it rounds to zero.
+
+    So no ``-0.000`` or ``+0.00`` is ever printed.
+    """
+    if round(value, digits) == 0:
+        return "0"
+    return f"{value:+,.{digits}f}" if sign else f"{value:,.{digits}f}"
+
+
 def _value(row: dict[str, Any], digits: int, spread: bool) -> str:
     if row["median"] is None:
         return "—"
-    text = f"{row['median']:,.{digits}f}"
+    text = number(row["median"], digits)
     if spread and row["p10"] is not None:
-        text += f" ({row['p10']:,.{digits}f}–{row['p90']:,.{digits}f})"
+        text += f" ({number(row['p10'], digits)}–{number(row['p90'], digits)})"
     return text
 
 
 def _diff(row: dict[str, Any] | None, digits: int, unit: str) -> tuple[str, str]:
-    """(difference in the metric's unit, difference in %) to the first run; "—" when undefined."""
+    """(difference in the metric's unit, difference in %) to the first run.
+
+    "—" where a run lacks the phase; the % is empty where the first run's value is below the
+    metric's floor (``diff_pct`` null).
+    """
     if row is None or row["diff"] is None:
         return "—", "—"
-    diff = f"{row['diff']:+,.{digits}f}" + (" pp" if unit == "%" else "")
-    pct = "—" if row["diff_pct"] is None else f"{row['diff_pct']:+.1f}%"
+    diff = number(row["diff"], digits, sign=True) + (" pp" if unit == "%" else "")
+    pct = "" if row["diff_pct"] is None else number(row["diff_pct"], 1, sign=True) + "%"
     return diff, pct
 
 
 def metric_table(rows: pl.DataFrame, runs: list[str], metric: str, spread: bool) -> TextTable:
-    """One metric's rows as text: phase, scheme, each run, then each run's difference and %."""
+    """One metric's rows as text: phase, scheme, each run, then each run's difference and %.
+
+    A percentage metric (GPU busy) differs in percentage points only: no % column.
+    """
     base = runs[0]
     unit = STEP_METRICS[metric][1]
+    relative = unit != "%"
     header = ["phase path", "scheme", *runs]
     for r in runs[1:]:
-        header += [f"{r} − {base}" + (" (pp)" if unit == "%" else ""), f"{r} vs {base} (%)"]
+        header.append(f"{r} − {base}" + (" (pp)" if unit == "%" else ""))
+        header += [f"{r} vs {base} (%)"] if relative else []
     # one pass over the rows (a dict per phase, in order): thousands of phases stay fast
     phases: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
     ordered = rows.with_columns((pl.col("attribution") != "window").alias("_projection"))
@@ -76,26 +97,48 @@ def metric_table(rows: pl.DataFrame, runs: list[str], metric: str, spread: bool)
         phases.setdefault((row["path"], row["attribution"]), {})[row["run"]] = row
     body = []
     for (path, attribution), cells in phases.items():
+        if all(row["median"] is None for row in cells.values()):
+            continue  # no run has it (process GPU busy of a window phase): compare.csv only
         digits = _digits(cells)
         line = [path, attribution]
         line += [_value(cells[r], digits, spread) if r in cells else "—" for r in runs]
         for r in runs[1:]:
-            line += list(_diff(cells.get(r), digits, unit))
+            diff, pct = _diff(cells.get(r), digits, unit)
+            line += [diff, pct] if relative else [diff]
         body.append(line)
     return header, body
 
 
+def has_graphs(summary: pl.DataFrame) -> bool:
+    """Whether any run has CUDA-graph time (GPU time then differs from kernel time)."""
+
+    def median(metric: str) -> pl.DataFrame:
+        rows = summary.filter(pl.col("metric") == metric)
+        return rows.select(*KEYS, "run", pl.col("median").fill_null(0).alias(metric))
+
+    both = median("kernel_ms").join(median("gpu_time_ms"), on=[*KEYS, "run"], how="inner")
+    return bool((both["gpu_time_ms"] != both["kernel_ms"]).any())
+
+
+def shown_metrics(summary: pl.DataFrame) -> list[str]:
+    """The metrics of :data:`MARKDOWN_METRICS` with a value in some run, in order.
+
+    GPU time (kernels + CUDA graphs) is left out where no run has CUDA graphs: it equals kernel
+    time there (compare.csv keeps both).
+    """
+    with_values = set(summary.filter(pl.col("median").is_not_null())["metric"].unique().to_list())
+    graphs = has_graphs(summary)
+    return [m for m in MARKDOWN_METRICS if m in with_values and (graphs or m != "gpu_time_ms")]
+
+
 def metric_tables(summary: pl.DataFrame) -> list[tuple[str, TextTable]]:
-    """(metric, table) for every metric of :data:`MARKDOWN_METRICS` with a value in some run."""
+    """(metric, table) for every metric of :func:`shown_metrics`."""
     runs = summary.sort("run_order")["run"].unique(maintain_order=True).to_list()
     spread = summary["n_steps"].null_count() < summary.height
-    tables = []
-    for metric in MARKDOWN_METRICS:
-        rows = summary.filter(pl.col("metric") == metric)
-        if rows.is_empty() or rows["median"].null_count() == rows.height:
-            continue
-        tables.append((metric, metric_table(rows, runs, metric, spread)))
-    return tables
+    return [
+        (metric, metric_table(summary.filter(pl.col("metric") == metric), runs, metric, spread))
+        for metric in shown_metrics(summary)
+    ]
 
 
 def metric_title(metric: str) -> str:
@@ -118,12 +161,23 @@ def to_markdown(summary: pl.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def intro(runs: list[str], whole_capture: bool) -> str:
+def floors_text() -> str:
+    """The % floors, stated once: ``at least 1 µs (times), 1 KB (volumes), …``."""
+    kinds = {"ms": "times", "MB": "volumes", "J": "energies", "W": "powers"}
+    return ", ".join(f"{FLOOR_TEXT[u]} ({kinds[u]})" for u in kinds)
+
+
+def intro(runs: list[str], whole_capture: bool, graphs: bool = True) -> str:
     """The comparison's opening lines (plain text): runs, reference, what the cells hold."""
     text = (
         f"Runs: {', '.join(runs)} (differences against {runs[0]}: in the metric's unit, "
-        "and in % of its value). "
+        f"and in % of its value where that value is at least {floors_text()}; below, the % is "
+        "left empty; GPU busy differs in percentage points). GPU busy of a worker (projection) "
+        "range counts only the work its own thread launched; process GPU busy, every "
+        "operation of its process. "
     )
+    if not graphs:
+        text += "No CUDA graphs in these runs: GPU time equals kernel time (both in compare.csv). "
     if whole_capture:
         return text + (
             "These runs have no step ranges: each phase is compared over the whole capture "
@@ -132,21 +186,27 @@ def intro(runs: list[str], whole_capture: bool) -> str:
     return text + "Cells: median over steps (p10–p90 over steps)."
 
 
+def comparison_markdown(summary: pl.DataFrame, labels: list[str]) -> str:
+    """``compare.md``: the intro (runs, the floors of the %, what cells hold), then each table."""
+    whole_capture = summary["n_steps"].null_count() == summary.height
+    return (
+        "# nvtx-phases comparison\n\n"
+        + escape_md(intro(labels, whole_capture, has_graphs(summary)))
+        + "\n\n"
+        + to_markdown(summary)
+    )
+
+
 def write_comparison(runs: dict[str, Analysis], out: str | Path) -> list[Path]:
     """compare.csv, compare_steps.csv, compare.md, compare.html and a figure per metric."""
     from analysis.render.compare_page import compare_html
 
     out = Path(out)
     summary, steps = compare_runs(runs)
-    whole_capture = summary["n_steps"].null_count() == summary.height
     labels = list(runs)
-    text = (
-        "# nvtx-phases comparison\n\n"
-        + escape_md(intro(labels, whole_capture))
-        + "\n\n"
-        + to_markdown(summary)
-    )
-    figures = comparison_figures(summary, out / "figures")
+    text = comparison_markdown(summary, labels)
+    shown = shown_metrics(summary)  # no figure of a metric the pages leave out
+    figures = comparison_figures(summary.filter(pl.col("metric").is_in(shown)), out / "figures")
     page = compare_html(summary, labels, figures)
     return [
         atomic_write(out / "compare.csv", summary.write_csv),

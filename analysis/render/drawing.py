@@ -1,7 +1,8 @@
 """Figures drawn in background processes, started before their tables exist.
 
-One figure (matplotlib Agg: a 200 dpi PNG and an SVG) costs 0.15–0.3 s of one core, most of it
-rasterizing, and importing matplotlib another 0.35 s; a run has 4 to 12 figures. A
+One figure (matplotlib Agg: a 200 dpi PNG and an SVG, its numbers in a CSV beside them) costs
+0.15–0.3 s of one core, most of it rasterizing, and importing matplotlib another 0.35 s; a run
+has 4 to 12 figures. A
 :class:`Drawing` starts its worker processes at once, so that they import matplotlib while the
 trace is read; it takes figure tasks when their tables are ready and draws them side by side
 while the caller writes its tables. The caller never imports matplotlib.

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from analysis.frames import int_value
 from analysis.render.files import atomic_write
 
 if TYPE_CHECKING:
@@ -56,54 +57,82 @@ def _marks(
     ax.plot(x, top, "^", color=color, ms=4)
 
 
-def _gpu_panel(ax: Axes, gpus: pl.DataFrame, paths: list[str]) -> None:
+def envelope_figure_data(envelope: pl.DataFrame) -> pl.DataFrame:
+    """What ``power_envelope`` draws, one row per mark group (``figures/power_envelope.csv``).
+
+    ``panel`` ``gpu`` (per GPU ``device`` and ``path``: ``p50_w``, ``p95_w``, ``max_w``) or,
+    past :data:`MAX_GPU_MARKS` GPUs, ``gpus`` (per path over ``n_gpus`` GPUs: the median of
+    each, ``lowest_p50_w``, ``highest_max_w``); ``node`` (per ``host`` and path: the bar
+    ``p50_w``, ``p95_w``, ``max_w``, ``energy_share_pct`` of the run's energy, ``ramp_w_per_ms``
+    bar and ``ramp_max_w_per_ms``). Paths in the table's order.
+    """
+    order = pl.DataFrame({"path": list(dict.fromkeys(envelope["path"].to_list()))})
+    order = order.with_row_index("order")
+    gpus = envelope.filter(pl.col("scope") == "gpu").join(order, on="path")
+    watts = ("p50_w", "p95_w", "max_w")
+    if gpus["device"].n_unique() > MAX_GPU_MARKS:
+        gpu_rows = gpus.group_by("order", "path").agg(
+            pl.lit("gpus").alias("panel"),
+            pl.len().cast(pl.Int64).alias("n_gpus"),
+            *(pl.col(c).median() for c in watts),
+            pl.col("p50_w").min().alias("lowest_p50_w"),
+            pl.col("max_w").max().alias("highest_max_w"),
+        )
+    else:
+        gpu_rows = gpus.select("order", "path", "device", *watts, panel=pl.lit("gpu"))
+    node_columns = (*watts, "energy_share_pct", "ramp_w_per_ms", "ramp_max_w_per_ms")
+    nodes = envelope.filter(pl.col("scope") == "node").join(order, on="path")
+    node_rows = nodes.select("order", "path", "host", *node_columns, panel=pl.lit("node"))
+    types: dict[str, pl.DataType] = dict.fromkeys(("panel", "path", "device", "host"), pl.String())
+    types["n_gpus"] = pl.Int64()
+    types |= dict.fromkeys(
+        (*watts, "lowest_p50_w", "highest_max_w", *node_columns[3:]), pl.Float64()
+    )
+    rows = pl.concat([gpu_rows, node_rows], how="diagonal_relaxed")
+    keys = [c for c in ("panel", "order", "device", "host") if c in rows.columns]
+    rows = rows.sort(keys, nulls_last=True)
+    return rows.select(
+        (pl.col(c) if c in rows.columns else pl.lit(None)).cast(t).alias(c)
+        for c, t in types.items()
+    )
+
+
+def _column(rows: list[dict[str, Any]], name: str) -> list[float]:
+    """``name`` of each row, NaN where null (nothing is drawn there, not 0)."""
+    return [float("nan") if r[name] is None else r[name] for r in rows]
+
+
+def _gpu_panel(ax: Axes, data: pl.DataFrame, paths: list[str]) -> None:
     """Per GPU and phase: p50 dot, p95 tick, max triangle; past MAX_GPU_MARKS, over the GPUs."""
     from matplotlib.lines import Line2D
 
     from analysis.normalize.devices import device_label
 
-    devices = sorted(gpus["device"].unique().to_list())
-    if len(devices) > MAX_GPU_MARKS:
-        stats = gpus.group_by("path").agg(
-            pl.col("p50_w").median(),
-            pl.col("p95_w").median(),
-            pl.col("max_w").median().alias("max_med"),
-            pl.col("p50_w").min().alias("lowest"),
-            pl.col("max_w").max().alias("highest"),
-        )
-        rows = {r["path"]: r for r in stats.iter_rows(named=True)}
-        x = [float(i) for i, p in enumerate(paths) if p in rows]
-        got = [rows[p] for p in paths if p in rows]
-        ax.vlines(x, [r["lowest"] for r in got], [r["highest"] for r in got], color="#bbbbbb", lw=3)
-        _marks(
-            ax, x, *([r[c] for r in got] for c in ("p50_w", "p95_w", "max_med")), color="#333333"
-        )
+    where = {p: i for i, p in enumerate(paths)}
+    if not data.is_empty() and data["panel"][0] == "gpus":
+        got = data.to_dicts()
+        x = [float(where[r["path"]]) for r in got]
+        low, high = _column(got, "lowest_p50_w"), _column(got, "highest_max_w")
+        ax.vlines(x, low, high, color="#bbbbbb", lw=3)
+        _marks(ax, x, *(_column(got, c) for c in ("p50_w", "p95_w", "max_w")), color="#333333")
+        n = int_value(data["n_gpus"].max())
         ax.legend(
             handles=[
-                Line2D(
-                    [],
-                    [],
-                    color="#333333",
-                    marker="o",
-                    ls="",
-                    label=f"median of {len(devices)} GPUs",
-                ),
+                Line2D([], [], color="#333333", marker="o", ls="", label=f"median of {n} GPUs"),
                 Line2D([], [], color="#bbbbbb", lw=3, label="lowest p50 to\nhighest max"),
             ],
             **_LEGEND,
         )
     else:
+        devices = sorted(data["device"].unique().to_list())
         width = 0.8 / max(len(devices), 1)
         for k, device in enumerate(devices):
-            values = {
-                r["path"]: r for r in gpus.filter(pl.col("device") == device).iter_rows(named=True)
-            }
-            x = [i - 0.4 + width * (k + 0.5) for i, p in enumerate(paths) if p in values]
-            got = [values[p] for p in paths if p in values]
-            cols = ([r[c] for r in got] for c in ("p50_w", "p95_w", "max_w"))
+            got = data.filter(pl.col("device") == device).to_dicts()
+            x = [where[r["path"]] - 0.4 + width * (k + 0.5) for r in got]
+            cols = (_column(got, c) for c in ("p50_w", "p95_w", "max_w"))
             _marks(ax, x, *cols, color=f"C{k % 10}", label=device_label(device))
         ax.legend(**_LEGEND)
-    ax.set_ylim(0, 1.1 * float(gpus.select(pl.col("max_w").max()).item() or 1.0))
+    ax.set_ylim(0, 1.1 * float(data.select(pl.col("max_w").max()).item() or 1.0))
     ax.set_ylabel("GPU power (W)")
     ax.set_title("Per GPU: p50 dot, p95 tick, max triangle", fontsize=9)
 
@@ -112,6 +141,7 @@ def _node_panels(power: Axes, ramp: Axes, nodes: pl.DataFrame, paths: list[str])
     """Per node and phase: p50 bar with p95/max marks and energy share; ramp at phase start.
 
     Bars take the phase's NVTX colour (as in every figure); several nodes differ by hatch.
+    ``nodes``: the ``node`` rows of :func:`envelope_figure_data`.
     """
     from matplotlib.patches import Patch
 
@@ -119,10 +149,10 @@ def _node_panels(power: Axes, ramp: Axes, nodes: pl.DataFrame, paths: list[str])
 
     hosts = sorted(nodes["host"].unique().to_list())
     width = 0.8 / max(len(hosts), 1)
+    where = {p: i for i, p in enumerate(paths)}
     for k, host in enumerate(hosts):
-        values = {r["path"]: r for r in nodes.filter(pl.col("host") == host).iter_rows(named=True)}
-        x = [i - 0.4 + width * (k + 0.5) for i, p in enumerate(paths) if p in values]
-        got = [values[p] for p in paths if p in values]
+        got = nodes.filter(pl.col("host") == host).to_dicts()
+        x = [where[r["path"]] - 0.4 + width * (k + 0.5) for r in got]
         style: dict[str, Any] = {
             "color": [phase_hex(r["path"].rsplit("/", 1)[-1]) for r in got],
             "alpha": 0.75,
@@ -130,11 +160,11 @@ def _node_panels(power: Axes, ramp: Axes, nodes: pl.DataFrame, paths: list[str])
             "edgecolor": "#333333",
             "linewidth": 0.4,
         }
-        p50 = [r["p50_w"] or 0.0 for r in got]
+        p50, top = _column(got, "p50_w"), _column(got, "max_w")
         power.bar(x, p50, width * 0.9, **style)
-        power.vlines(x, p50, [r["max_w"] or 0.0 for r in got], color="#333333", lw=1)
-        power.plot(x, [r["p95_w"] for r in got], "_", color="#333333", ms=10)
-        power.plot(x, [r["max_w"] for r in got], "^", color="#333333", ms=4)
+        power.vlines(x, p50, top, color="#333333", lw=1)
+        power.plot(x, _column(got, "p95_w"), "_", color="#333333", ms=10)
+        power.plot(x, top, "^", color="#333333", ms=4)
         for xi, r in zip(x, got, strict=True):
             if len(paths) > MAX_SHARE_LABELS:
                 break
@@ -147,8 +177,8 @@ def _node_panels(power: Axes, ramp: Axes, nodes: pl.DataFrame, paths: list[str])
                     ha="center",
                     fontsize=6,
                 )
-        ramp.bar(x, [r["ramp_w_per_ms"] or 0.0 for r in got], width * 0.9, **style)
-        ramp.plot(x, [r["ramp_max_w_per_ms"] for r in got], "D", color="#333333", ms=3)
+        ramp.bar(x, _column(got, "ramp_w_per_ms"), width * 0.9, **style)
+        ramp.plot(x, _column(got, "ramp_max_w_per_ms"), "D", color="#333333", ms=3)
     if len(hosts) > 1:
         handles = [
             Patch(
@@ -169,18 +199,15 @@ def _node_panels(power: Axes, ramp: Axes, nodes: pl.DataFrame, paths: list[str])
         + ("; label: % of run energy" if len(paths) <= MAX_SHARE_LABELS else ""),
         fontsize=9,
     )
-    windows = nodes["ramp_window_ms"].drop_nulls().unique().sort().to_list()
-    window = "/".join(f"{float(w):.3g}" for w in windows) or "?"
     ramp.axhline(0, color="#999999", lw=0.6)
     ramp.set_ylabel("power ramp (W/ms)")
-    ramp.set_title(
-        f"Node ramp at phase start (mean {window} ms after − before): median bar, steepest diamond",
-        fontsize=9,
-    )
 
 
 def power_envelope_figure(envelope: pl.DataFrame, out: str | Path) -> list[Path]:
-    """``figures/power_envelope.png/svg``: the envelope per GPU, per node, and node ramps."""
+    """``figures/power_envelope.png/svg``: the envelope per GPU, per node, and node ramps.
+
+    Its numbers (:func:`envelope_figure_data`) go to ``figures/power_envelope.csv``.
+    """
     if envelope.is_empty() or envelope["p50_w"].is_null().all():
         return []
     import matplotlib.pyplot as plt
@@ -188,16 +215,23 @@ def power_envelope_figure(envelope: pl.DataFrame, out: str | Path) -> list[Path]
     from analysis.render.figures import save_figure  # sets the headless backend
 
     paths = list(dict.fromkeys(envelope["path"].to_list()))  # the table's order: first start
-    gpus = envelope.filter(pl.col("scope") == "gpu")
-    nodes = envelope.filter(pl.col("scope") == "node")
+    data = envelope_figure_data(envelope)
+    nodes = data.filter(pl.col("panel") == "node")
     n_panels = 3 if not nodes.is_empty() else 1
     fig, axes = plt.subplots(
         n_panels, 1, figsize=CANVAS if n_panels == 3 else CANVAS_GPU_ONLY, sharex=True
     )
     axes = list(axes) if n_panels > 1 else [axes]
-    _gpu_panel(axes[0], gpus, paths)
+    _gpu_panel(axes[0], data.filter(pl.col("panel") != "node"), paths)
     if n_panels == 3:
         _node_panels(axes[1], axes[2], nodes, paths)
+        windows = envelope["ramp_window_ms"].drop_nulls().unique().sort().to_list()
+        window = "/".join(f"{float(w):.3g}" for w in windows) or "?"
+        axes[2].set_title(
+            f"Node ramp at phase start (mean {window} ms after − before): median bar, "
+            "steepest diamond",
+            fontsize=9,
+        )
     for ax in axes:
         ax.grid(axis="y", color="#eeeeee", lw=0.6)
         ax.set_axisbelow(True)
@@ -215,4 +249,4 @@ def power_envelope_figure(envelope: pl.DataFrame, out: str | Path) -> list[Path]
     source = ", ".join(sorted(set(envelope["power_from"].drop_nulls().to_list())))
     fig.suptitle(f"Power envelope per phase (all steps; power from {source})", fontsize=10)
     fig.tight_layout()
-    return save_figure(fig, Path(out), FIGURE_STEM)
+    return save_figure(fig, Path(out), FIGURE_STEM, data=data)

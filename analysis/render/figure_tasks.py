@@ -1,7 +1,9 @@
 """Which figures a run gets, as tasks for :class:`~analysis.render.drawing.Drawing`.
 
 Nothing here imports matplotlib: the tasks name their drawing functions, which the worker
-processes (or this one, without workers) import.
+processes (or this one, without workers) import. A task returns every file it wrote (each
+figure's PNG, SVG and ``NAME.csv`` of the numbers drawn), which the caller records in the
+output folder's manifest.
 """
 
 from __future__ import annotations

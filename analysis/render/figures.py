@@ -19,7 +19,9 @@ from matplotlib.axes import Axes
 from matplotlib.colors import to_rgba
 from matplotlib.patches import Patch
 
-from analysis.aggregate.step_stack import OTHER, step_phases, step_stack
+from analysis.aggregate.shares import share_over_steps, step_shares
+from analysis.aggregate.step_stack import OTHER, phase_totals, step_stack
+from analysis.frames import int_value
 from analysis.normalize.devices import device_label
 from analysis.render.files import atomic_write
 from nvtx_phases.naming import phase_color
@@ -58,9 +60,7 @@ _ENERGY_UNITS = ((1e6, "MJ"), (1e3, "kJ"), (1.0, "J"))
 _QS = (0.1, 0.5, 0.9)  # p10, median, p90
 
 
-def save_figure(
-    fig: plt.Figure, out: Path, stem: str, data: pl.DataFrame | None = None
-) -> list[Path]:
+def save_figure(fig: plt.Figure, out: Path, stem: str, *, data: pl.DataFrame) -> list[Path]:
     """Write ``fig`` as ``stem``.png (at :data:`DPI`) and .svg under ``out`` (atomically); close it.
 
     ``data``: exactly the numbers the figure draws (bars, lines, whiskers, bins), written beside
@@ -72,8 +72,7 @@ def save_figure(
 
     paths = [atomic_write(out / f"{stem}.{ext}", writer(ext)) for ext in ("png", "svg")]
     plt.close(fig)
-    if data is not None:
-        paths.append(atomic_write(out / f"{stem}.csv", data.write_csv))
+    paths.append(atomic_write(out / f"{stem}.csv", data.write_csv))
     return paths
 
 
@@ -119,7 +118,13 @@ def _phase_axis(ax: Axes, names: list[str]) -> None:
 
 
 def _finish(
-    fig: plt.Figure, ax: Axes, keys: list[Any], out: Path, stem: str, title: str = "colour: phase"
+    fig: plt.Figure,
+    ax: Axes,
+    keys: list[Any],
+    out: Path,
+    stem: str,
+    data: pl.DataFrame,
+    title: str = "colour: phase",
 ) -> list[Path]:
     """Legend outside the data, right of the axes (as ``phase_time_per_step``); lay out; save."""
     style: dict[str, Any] = {"loc": "upper left", "frameon": False, "alignment": "left"}
@@ -127,109 +132,100 @@ def _finish(
         handles=keys, bbox_to_anchor=(1.01, 1.0), title=title, fontsize=8, title_fontsize=8, **style
     )
     fig.tight_layout()
-    return save_figure(fig, out, stem)
+    return save_figure(fig, out, stem, data=data)
 
 
-def _per_phase(data: pl.DataFrame, *columns: str) -> pl.DataFrame:
-    """``columns`` summed over steps per phase, phases in execution order."""
-    sums = (pl.col(c).sum() for c in columns)
-    return data.group_by("canonical").agg(*sums, pl.col("start_ns").min()).sort("start_ns")
+def _values(data: pl.DataFrame, column: str, factor: float = 1.0) -> list[float]:
+    """``column`` / ``factor`` as floats, NaN where null: nothing is drawn for a missing value."""
+    return (data[column].cast(pl.Float64) / factor).fill_null(float("nan")).to_list()
 
 
 def phase_time_per_step(phases: pl.DataFrame, out: Path) -> list[Path]:
     """Stacked bars of each phase's wall time per step (binned means beyond ``MAX_STEP_BARS``).
 
-    A fixed canvas whatever the number of steps; phases in execution order, then ``other``.
+    A fixed canvas whatever the number of steps; phases stacked bottom to top in execution
+    order, then ``other``; the legend lists them top to bottom as the stack does. Data:
+    :func:`~analysis.aggregate.step_stack.step_stack`, one row per drawn segment.
     """
-    stack = step_stack(phases)
+    stack = step_stack(phases).rename({"canonical": "phase"})
     if stack.is_empty():
         return []
     bars = stack.select("bar", "first_step").unique().sort("first_step")["bar"].to_list()
-    binned = len(bars) < stack["first_step"].n_unique() or any("–" in b for b in bars)
-    order = [n for n in _per_phase(step_phases(phases))["canonical"] if n != OTHER]
-    if OTHER in stack["canonical"].to_list():
-        order.append(OTHER)
+    where = {bar: i for i, bar in enumerate(bars)}
+    binned = stack["n_steps"].max() != 1
     fig, ax = plt.subplots(figsize=(8, 4))
-    bottom = [0.0] * len(bars)
-    for name in order:
-        by_bar = dict(
-            stack.filter(pl.col("canonical") == name).select("bar", "wall_ms").iter_rows()
-        )
-        heights = [by_bar.get(b, 0.0) for b in bars]
+    for (name,), rows in stack.sort("position").partition_by("phase", as_dict=True).items():
         ax.bar(
-            range(len(bars)),
-            heights,
-            bottom=bottom,
-            label=name,
-            color="#d9d9d9" if name == OTHER else phase_hex(name),
+            [where[b] for b in rows["bar"]],
+            rows["wall_ms"].to_list(),
+            bottom=rows["bottom_ms"].to_list(),
+            label=str(name),
+            color="#d9d9d9" if name == OTHER else phase_hex(str(name)),
             edgecolor="white",
             linewidth=0.3 if len(bars) > 20 else 0.5,
         )
-        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
     ticks = list(range(0, len(bars), max(1, len(bars) // 10)))
     ax.set_xticks(ticks, [bars[i] for i in ticks], rotation=30 if binned else 0, fontsize=8)
     ax.set_xlabel("steps (mean per step in each bin)" if binned else "step")
     ax.set_ylabel("wall time (ms)")
     ax.set_title("Phase time per step")
-    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    # top of the legend = top of the stack
+    style: dict[str, Any] = {"loc": "center left", "frameon": False, "fontsize": 8}
+    ax.legend(handles[::-1], labels[::-1], bbox_to_anchor=(1.0, 0.5), **style)
     fig.tight_layout()
-    return save_figure(fig, out, "phase_time_per_step")
+    return save_figure(fig, out, "phase_time_per_step", data=stack)
 
 
 def busy_idle_per_phase(phases: pl.DataFrame, out: Path) -> list[Path]:
     """Stacked bars per phase: GPU busy (phase colour) and idle (light, hatched), all steps and GPUs.
 
     A fixed canvas whatever the number of steps, phases and GPUs; phases in execution order.
+    Data: ``phase, gpu_busy_ns, gpu_idle_ns`` (sums over steps, processes and GPUs).
     """
-    data = step_phases(phases)
-    if data.is_empty() or _total(data, "gpu_busy_ns", "idle_ns") == 0:
+    data = phase_totals(phases, "gpu_busy_ns", "idle_ns").rename(
+        {"canonical": "phase", "idle_ns": "gpu_idle_ns"}
+    )
+    if data.is_empty() or _total(data, "gpu_busy_ns", "gpu_idle_ns") == 0:
         return []
-    per_phase = _per_phase(data, "gpu_busy_ns", "idle_ns")
-    names = per_phase["canonical"].to_list()
+    names = data["phase"].to_list()
     colors = [phase_hex(n) for n in names]
-    factor, unit = _unit(_max(per_phase["gpu_busy_ns"] + per_phase["idle_ns"]), _TIME_UNITS)
-    busy = (per_phase["gpu_busy_ns"] / factor).to_list()
+    factor, unit = _unit(_max(data["gpu_busy_ns"] + data["gpu_idle_ns"]), _TIME_UNITS)
+    busy = _values(data, "gpu_busy_ns", factor)
     x = list(range(len(names)))
     fig, ax = plt.subplots(figsize=CANVAS)
     ax.bar(x, busy, 0.7, color=colors, edgecolor="white", linewidth=0.3)
-    ax.bar(x, (per_phase["idle_ns"] / factor).to_list(), 0.7, bottom=busy, **_light(colors))
+    ax.bar(x, _values(data, "gpu_idle_ns", factor), 0.7, bottom=busy, **_light(colors))
     _phase_axis(ax, names)
     ax.set_ylabel(f"GPU time, all GPUs and steps ({unit})")
     ax.set_title("GPU busy vs idle per phase")
-    keys = [_key("GPU busy"), _key("GPU idle", light=True)]
-    return _finish(fig, ax, keys, out, "busy_idle_per_phase")
+    keys = [_key("GPU idle", light=True), _key("GPU busy")]  # as stacked: idle on top
+    return _finish(fig, ax, keys, out, "busy_idle_per_phase", data)
+
+
+_SHARE_COLUMNS = {
+    f"{what}_share_{q}": f"{what}_share_{q}_pct"
+    for what in ("time", "energy")
+    for q in ("p10", "median", "p90")
+}
 
 
 def phase_share(phases: pl.DataFrame, out: Path) -> list[Path]:
-    """Per phase: median share of step time, and of step energy when measured (light, hatched).
+    """Per phase: median share of the step's time, and of its energy when measured (hatched).
 
-    Whiskers: p10–p90 over steps. Fixed canvas; phases in execution order, in their colours.
+    Shares as :mod:`analysis.aggregate.shares` defines them (of the ``step`` range, gaps
+    between phases included); whiskers p10–p90 over the steps where the phase ran. Fixed
+    canvas; phases in execution order, in their colours. Data: ``phase, n_steps`` and
+    ``{time,energy}_share_{p10,median,p90}_pct``.
     """
-    data = step_phases(phases)
+    data = share_over_steps(step_shares(phases))
     if data.is_empty():
         return []
-    shares = data.with_columns(
-        (pl.col("wall_ns") / pl.col("wall_ns").sum().over("step") * 100).alias("time"),
-        (pl.col("energy_j") / pl.col("energy_j").sum().over("step") * 100).alias("energy"),
-    )
-    stats = (
-        shares.group_by("canonical")
-        .agg(
-            *(
-                pl.col(c).quantile(q, "linear").alias(f"{c}{q}")
-                for c in ("time", "energy")
-                for q in _QS
-            ),
-            pl.col("start_ns").min(),
-            pl.col("has_energy").any(),
-        )
-        .sort("start_ns")
-        .fill_null(0.0)
-    )
-    names = stats["canonical"].to_list()
+    data = data.rename({"canonical": "phase", **_SHARE_COLUMNS})
+    names = data["phase"].to_list()
     colors = [phase_hex(n) for n in names]
-    has_energy = bool(stats["has_energy"].any())
-    n_steps = data["step"].n_unique()
+    has_energy = data["energy_share_median_pct"].is_not_null().any()
+    n_steps = step_shares(phases)["step"].n_unique()
     width = 0.4 if has_energy else 0.7
     fig, ax = plt.subplots(figsize=CANVAS)
     keys: list[Any] = [_key("time share")]
@@ -237,45 +233,48 @@ def phase_share(phases: pl.DataFrame, out: Path) -> list[Path]:
     if has_energy:
         keys.append(_key("energy share", light=True))
         bars.append(("energy", width / 2, _light(colors)))
+    whisker = None
     for quantity, shift, style in bars:
         x = [i + shift for i in range(len(names))]
-        qs = [stats[f"{quantity}{q}"].to_list() for q in _QS]
+        qs = [_values(data, f"{quantity}_share_{q}_pct") for q in ("p10", "median", "p90")]
         ax.bar(x, qs[1], width, **style)  # type: ignore[arg-type]
         whisker = _whisker(ax, x, qs, "p10–p90 over steps") if n_steps > 1 else None
     _phase_axis(ax, names)
     ax.set_ylabel("share of step (%)")
     what = "time and energy" if has_energy else "time"
-    ax.set_title(f"Share of a step's {what} per phase (median over {n_steps} steps)")
-    return _finish(fig, ax, [*keys, *([whisker] if whisker else [])], out, "phase_share")
+    ax.set_title(f"Share of the step's {what} per phase (median over {n_steps} steps)")
+    keys += [whisker] if whisker else []
+    return _finish(fig, ax, keys, out, "phase_share", data)
 
 
 def data_movement_per_phase(phases: pl.DataFrame, out: Path) -> list[Path]:
     """Per phase, summed over steps and GPUs: NCCL and memcpy time (top), memcpy bytes (bottom).
 
     Bars only (phases are categories: no line joins them); fixed canvas; execution order.
+    Data: ``phase, nccl_ns, memcpy_ns, memcpy_bytes``.
     """
-    data = step_phases(phases)
+    data = phase_totals(phases, "nccl_ns", "memcpy_ns", "memcpy_bytes").rename(
+        {"canonical": "phase"}
+    )
     if data.is_empty() or _total(data, "nccl_ns", "memcpy_ns") == 0:
         return []
-    per_phase = _per_phase(data, "nccl_ns", "memcpy_ns", "memcpy_bytes")
-    names = per_phase["canonical"].to_list()
+    names = data["phase"].to_list()
     colors = [phase_hex(n) for n in names]
     x = list(range(len(names)))
-    tf, time_unit = _unit(_max(per_phase["nccl_ns"], per_phase["memcpy_ns"]), _TIME_UNITS)
-    bf, byte_unit = _unit(_max(per_phase["memcpy_bytes"]), _BYTE_UNITS)
+    tf, time_unit = _unit(_max(data["nccl_ns"], data["memcpy_ns"]), _TIME_UNITS)
+    bf, byte_unit = _unit(_max(data["memcpy_bytes"]), _BYTE_UNITS)
     fig, (top, low) = plt.subplots(2, 1, figsize=CANVAS, sharex=True, height_ratios=(3, 2))
-    nccl = (per_phase["nccl_ns"] / tf).to_list()
+    nccl = _values(data, "nccl_ns", tf)
     top.bar([i - 0.2 for i in x], nccl, 0.4, color=colors, edgecolor="white", linewidth=0.3)
-    memcpy = (per_phase["memcpy_ns"] / tf).to_list()
-    top.bar([i + 0.2 for i in x], memcpy, 0.4, **_light(colors))
+    top.bar([i + 0.2 for i in x], _values(data, "memcpy_ns", tf), 0.4, **_light(colors))
     top.set_ylabel(f"time, all GPUs\nand steps ({time_unit})")
     top.set_title("Data movement per phase")
-    low.bar(x, (per_phase["memcpy_bytes"] / bf).to_list(), 0.4, **_light(colors))
+    low.bar(x, _values(data, "memcpy_bytes", bf), 0.4, **_light(colors))
     low.set_ylabel(f"memcpy bytes\n({byte_unit})")
     _phase_axis(low, names)
     fig.align_ylabels([top, low])
     keys = [_key("NCCL kernels"), _key("memcpy", light=True)]
-    return _finish(fig, top, keys, out, "data_movement_per_phase")
+    return _finish(fig, top, keys, out, "data_movement_per_phase", data)
 
 
 def execution_order(phases: pl.DataFrame) -> list[str]:
@@ -288,26 +287,61 @@ def execution_order(phases: pl.DataFrame) -> list[str]:
     )
 
 
-def _energy_bars(ax: Axes, per: pl.DataFrame, names: list[str], factor: float) -> list[Any]:
-    """Per-GPU bars (told apart by hatch), or medians over GPUs past ``MAX_GPU_BARS``: keys."""
-    colors = [phase_hex(n.split("/", 1)[1]) for n in names]
-    devices = sorted(per["device"].unique().to_list())
-    if len(devices) > MAX_GPU_BARS:
-        stats = per.group_by("path").agg(
-            pl.col("energy_j").quantile(q, "linear").alias(str(q)) for q in _QS
+def energy_per_device(phase_devices: pl.DataFrame, order: list[str] | None = None) -> pl.DataFrame:
+    """What ``energy_per_phase_device`` draws: energy per phase of the step and GPU, all steps.
+
+    Up to :data:`MAX_GPU_BARS` GPUs ``phase, path, device, gpu, energy_j`` per (phase, GPU);
+    beyond, ``phase, path, n_gpus, energy_{p10,median,p90}_j`` over the GPUs. Phases in
+    ``order`` (paths), others after by name.
+    """
+    data = phase_devices.filter(
+        pl.col("path").str.starts_with("step/")
+        & (pl.col("path").str.count_matches("/") == 1)
+        & pl.col("energy_j").is_not_null()
+    )
+    per = data.group_by("path", "device").agg(pl.col("energy_j").sum())
+    present = sorted(set(per["path"].to_list()))
+    ranked = [p for p in (order or []) if p in present]
+    ranked += [p for p in present if p not in ranked]
+    rank = pl.DataFrame({"path": ranked, "order": range(len(ranked))})
+    per = per.join(rank, on="path").with_columns(
+        pl.col("path").str.split("/").list.last().alias("phase")
+    )
+    if per["device"].n_unique() > MAX_GPU_BARS:
+        quantiles = (pl.col("energy_j").quantile(q, "linear") for q in _QS)
+        names = ("energy_p10_j", "energy_median_j", "energy_p90_j")
+        return (
+            per.group_by("order", "phase", "path")
+            .agg(
+                pl.len().cast(pl.Int64).alias("n_gpus"),
+                *(e.alias(n) for e, n in zip(quantiles, names, strict=True)),
+            )
+            .sort("order")
+            .drop("order")
         )
-        by_path = {r[0]: r[1:] for r in stats.select("path", *map(str, _QS)).iter_rows()}
-        qs = [[by_path[n][k] / factor for n in names] for k in range(3)]
-        ax.bar(range(len(names)), qs[1], 0.7, color=colors, edgecolor="white", linewidth=0.3)
-        whisker = _whisker(ax, range(len(names)), qs, "p10–p90 over GPUs")
-        return [_key(f"median over {len(devices)} GPUs"), whisker]
+    labels = pl.col("device").map_elements(device_label, return_dtype=pl.String)
+    return per.sort("order", "device").select(
+        "phase", "path", "device", labels.alias("gpu"), "energy_j"
+    )
+
+
+def _energy_bars(ax: Axes, per: pl.DataFrame, paths: list[str], factor: float) -> list[Any]:
+    """Per-GPU bars (told apart by hatch), or medians over GPUs past ``MAX_GPU_BARS``: keys."""
+    colors = [phase_hex(p.split("/", 1)[1]) for p in paths]
+    x = range(len(paths))
+    if "n_gpus" in per.columns:
+        qs = [_values(per, c, factor) for c in ("energy_p10_j", "energy_median_j", "energy_p90_j")]
+        ax.bar(x, qs[1], 0.7, color=colors, edgecolor="white", linewidth=0.3)
+        whisker = _whisker(ax, x, qs, "p10–p90 over GPUs")
+        return [_key(f"median over {int_value(per['n_gpus'].max())} GPUs"), whisker]
+    devices = per["device"].unique(maintain_order=True).sort().to_list()
     width = 0.8 / len(devices)
     keys: list[Any] = []
     for k, (device, hatch) in enumerate(zip(devices, HATCHES, strict=False)):
         values = dict(per.filter(pl.col("device") == device).select("path", "energy_j").iter_rows())
-        x = [i - 0.4 + width * (k + 0.5) for i in range(len(names))]
-        heights = [values.get(n, 0.0) / factor for n in names]
-        ax.bar(x, heights, width, color=colors, hatch=hatch, edgecolor="white", linewidth=0.3)
+        heights = [values.get(p, float("nan")) / factor for p in paths]  # none: no bar, not 0
+        x_k = [i - 0.4 + width * (k + 0.5) for i in x]
+        ax.bar(x_k, heights, width, color=colors, hatch=hatch, edgecolor="white", linewidth=0.3)
         keys.append(_key(device_label(device), hatch=hatch))
     return keys
 
@@ -318,34 +352,25 @@ def energy_per_phase_device(
     """Energy of each phase per GPU, all steps: a bar per GPU, or the median with p10–p90.
 
     One bar per GPU (told apart by hatch) up to :data:`MAX_GPU_BARS` GPUs, else per phase the
-    median over GPUs with a p10–p90 whisker.
-
-    Fixed canvas; phases in ``order`` (execution order, from :func:`execution_order`), others
-    after, by name; each in its phase colour.
+    median over GPUs with a p10–p90 whisker. Fixed canvas; phases in ``order`` (execution
+    order, from :func:`execution_order`), others after, by name; each in its phase colour.
+    Data: :func:`energy_per_device`.
     """
     if "energy_j" not in phase_devices.columns:
         return []
-    data = phase_devices.filter(
-        pl.col("path").str.starts_with("step/")
-        & (pl.col("path").str.count_matches("/") == 1)
-        & pl.col("energy_j").is_not_null()
-    )
-    if data.is_empty():
+    per = energy_per_device(phase_devices, order)
+    if per.is_empty():
         return []
-    per = data.group_by("path", "device").agg(pl.col("energy_j").sum()).sort("path", "device")
-    present = set(per["path"].to_list())
-    ranked = [n for n in (order or []) if n in present]
-    names: list[str] = ranked + sorted(present - set(ranked))
-    factor, unit = _unit(_max(per["energy_j"]), _ENERGY_UNITS)
+    paths = per["path"].unique(maintain_order=True).to_list()
+    value = "energy_j" if "energy_j" in per.columns else "energy_p90_j"
+    factor, unit = _unit(_max(per[value]), _ENERGY_UNITS)
     fig, ax = plt.subplots(figsize=CANVAS)
-    keys = _energy_bars(ax, per, names, factor)
-    _phase_axis(ax, [n.split("/", 1)[1] for n in names])
+    keys = _energy_bars(ax, per, paths, factor)
+    _phase_axis(ax, [p.split("/", 1)[1] for p in paths])
     ax.set_ylabel(f"energy per GPU, all steps ({unit})")
     ax.set_title("Energy per phase per GPU")
-    title = (
-        "colour: phase" if per["device"].n_unique() > MAX_GPU_BARS else "GPU (hatch); colour: phase"
-    )
-    return _finish(fig, ax, keys, out, "energy_per_phase_device", title)
+    title = "colour: phase" if "n_gpus" in per.columns else "GPU (hatch); colour: phase"
+    return _finish(fig, ax, keys, out, "energy_per_phase_device", per, title)
 
 
 def energy_figure(phase_devices: pl.DataFrame, phases: pl.DataFrame, out: Path) -> list[Path]:

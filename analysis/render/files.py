@@ -66,7 +66,7 @@ KNOWN_OUTPUTS = (
     *TABLE_NAMES,
     "report.html",
     "report.md",
-    *(f"figures/{stem}.{ext}" for stem in _FIGURE_STEMS for ext in ("png", "svg")),
+    *(f"figures/{stem}.{ext}" for stem in _FIGURE_STEMS for ext in ("png", "svg", "csv")),
 )
 
 
@@ -381,7 +381,7 @@ def load_analysis(folder: str | Path) -> Analysis:
         phases=pl.read_parquet(folder / "phases.parquet"),
         phase_devices=pl.read_parquet(folder / "phase_devices.parquet"),
         # only what per-rank questions need: the full table can be millions of rows
-        gpu_activity=pl.read_parquet(activity, columns=["pid", "device", "dur_ns"]).lazy()
+        gpu_activity=pl.read_parquet(activity, columns=["trace", "pid", "device", "dur_ns"]).lazy()
         if activity.exists()
         else pl.LazyFrame(),
         kernels=pl.read_csv(folder / "kernels.csv"),

@@ -41,43 +41,69 @@ def _step_ticks(ax: Axes, steps: list[int]) -> None:
     ax.set_xticks([i + 0.5 for i in picks], [str(steps[i]) for i in picks], fontsize=7)
 
 
-def length_cdf(
-    responses: pl.DataFrame, out: Path, *, cap: int | None = None, max_steps: int = 5
-) -> list[Path]:
-    """CDF of response length for a few steps (first, last and evenly between), overlaid."""
+def cdf_data(responses: pl.DataFrame, cap: int | None, max_steps: int = 5) -> pl.DataFrame:
+    """What ``length_cdf`` draws: each shown step's responses, sorted, and the share at most as long.
+
+    ``kind`` ``cdf``: ``step, length_tokens, fraction_at_most``; ``kind`` ``cap``: the cap line
+    (``length_tokens``). Shown: the first, last and evenly between, at most ``max_steps`` steps.
+    """
     steps = sorted(responses["step"].unique().to_list())
-    if not steps:
-        return []
     picks = sorted(
         {steps[int(i)] for i in np.linspace(0, len(steps) - 1, min(max_steps, len(steps)))}
     )
+    at_most = (pl.int_range(1, pl.len() + 1) / pl.len()).over("step")
+    curves = (
+        responses.filter(pl.col("step").is_in(picks))
+        .select("step", pl.col("output_len").cast(pl.Int64).alias("length_tokens"))
+        .sort("step", "length_tokens")
+        .with_columns(at_most.alias("fraction_at_most"))
+    )
+    rows = [curves.select(pl.lit("cdf").alias("kind"), pl.all())]
+    if cap is not None:
+        rows.append(pl.DataFrame({"kind": ["cap"], "length_tokens": [cap]}))
+    return pl.concat(rows, how="diagonal_relaxed")
+
+
+def length_cdf(
+    responses: pl.DataFrame, out: Path, *, cap: int | None = None, max_steps: int = 5
+) -> list[Path]:
+    """CDF of response length for a few steps (first, last and evenly between), overlaid.
+
+    Data: :func:`cdf_data`.
+    """
+    n_steps = responses["step"].n_unique()
+    if not n_steps:
+        return []
+    data = cdf_data(responses, cap, max_steps)
+    curves = data.filter(pl.col("kind") == "cdf")
     fig, ax = plt.subplots(figsize=CANVAS)
-    for step in picks:
-        values = np.sort(responses.filter(pl.col("step") == step)["output_len"].to_numpy())
-        ax.step(
-            values, np.arange(1, len(values) + 1) / len(values), where="post", label=f"step {step}"
-        )
+    for (step,), rows in curves.partition_by("step", as_dict=True, maintain_order=True).items():
+        x, y = rows["length_tokens"].to_numpy(), rows["fraction_at_most"].to_numpy()
+        ax.step(x, y, where="post", label=f"step {step}")
     if cap is not None:
         ax.axvline(cap, label=f"cap {cap:,} tokens", **_CAP_STYLE)
     ax.set_xscale("log")
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("response length (tokens, log scale)")
     ax.set_ylabel("fraction of responses ≤ length")
-    ax.set_title(f"Response-length CDF ({len(picks)} of {len(steps)} steps)")
+    n_shown = curves["step"].n_unique()
+    ax.set_title(f"Response-length CDF ({n_shown} of {n_steps} steps)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
     fig.tight_layout()
-    return save_figure(fig, out, "length_cdf")
+    return save_figure(fig, out, "length_cdf", data=data)
 
 
-def length_heatmap(
-    responses: pl.DataFrame, out: Path, *, cap: int | None = None, bins: int = 40
-) -> list[Path]:
-    """Share of responses per length bin (log-spaced, over the data's range) and step.
+def heatmap_data(
+    responses: pl.DataFrame, cap: int | None = None, bins: int = 40
+) -> tuple[pl.DataFrame, np.ndarray]:
+    """What ``length_heatmap`` draws, and the length bin edges (log-spaced over the data's range).
 
-    Beyond ``MAX_HEATMAP_COLUMNS`` steps a column pools consecutive steps' responses.
+    ``kind`` ``cell``: per ``column`` (consecutive steps ``first_step``–``last_step``,
+    ``n_responses``) and length ``bin`` (``length_low_tokens`` ≤ length < ``length_high_tokens``,
+    the last bin closed) with responses, their ``share_of_responses`` in the column; ``kind``
+    ``cap``: the cap line (``length_low_tokens``). Beyond ``MAX_HEATMAP_COLUMNS`` steps a
+    column pools consecutive steps.
     """
-    if responses.is_empty():
-        return []
     steps = sorted(responses["step"].unique().to_list())
     low = max(int(cast(int, responses["output_len"].min())), 1)
     high = max(int(cast(int, responses["output_len"].max())), low + 1)
@@ -87,18 +113,68 @@ def length_heatmap(
     # steps[k] goes to column k * columns // len(steps): consecutive steps, near-equal sizes
     columns = min(MAX_HEATMAP_COLUMNS, len(steps))
     column_of = {step: k * columns // len(steps) for k, step in enumerate(steps)}
-    per_column = responses.with_columns(
-        pl.col("step").replace_strict(column_of, return_dtype=pl.Int64).alias("column")
-    ).partition_by("column", as_dict=True)
-    grid = np.zeros((bins, columns))
-    for j in range(columns):
-        counts, _ = np.histogram(per_column[(j,)]["output_len"].to_numpy(), bins=edges)
-        grid[:, j] = counts / max(counts.sum(), 1)
+    spans = pl.DataFrame(
+        {"bin": np.arange(bins), "length_low_tokens": edges[:-1], "length_high_tokens": edges[1:]}
+    )
+    parts = []
+    for (j,), rows in (
+        responses.with_columns(
+            pl.col("step").replace_strict(column_of, return_dtype=pl.Int64).alias("column")
+        )
+        .partition_by("column", as_dict=True)
+        .items()
+    ):
+        counts, _ = np.histogram(rows["output_len"].to_numpy(), bins=edges)
+        parts.append(
+            spans.with_columns(pl.Series("count", counts, pl.Int64)).with_columns(
+                pl.lit(j).alias("column"),
+                pl.lit(rows["step"].min()).alias("first_step"),
+                pl.lit(rows["step"].max()).alias("last_step"),
+                pl.lit(rows.height).alias("n_responses"),
+            )
+        )
+    cells = (
+        pl.concat(parts)
+        .filter(pl.col("count") > 0)
+        .select(
+            pl.lit("cell").alias("kind"),
+            pl.col("column").cast(pl.Int64),
+            pl.col("first_step").cast(pl.Int64),
+            pl.col("last_step").cast(pl.Int64),
+            pl.col("n_responses").cast(pl.Int64),
+            pl.col("bin").cast(pl.Int64),
+            "length_low_tokens",
+            "length_high_tokens",
+            (pl.col("count") / pl.col("n_responses")).alias("share_of_responses"),
+        )
+        .sort("column", "bin")
+    )
+    if cap is not None:
+        cap_row = pl.DataFrame({"kind": ["cap"], "length_low_tokens": [float(cap)]})
+        cells = pl.concat([cells, cap_row], how="diagonal_relaxed")
+    return cells, edges
+
+
+def length_heatmap(
+    responses: pl.DataFrame, out: Path, *, cap: int | None = None, bins: int = 40
+) -> list[Path]:
+    """Share of responses per length bin (log-spaced, over the data's range) and step.
+
+    Beyond ``MAX_HEATMAP_COLUMNS`` steps a column pools consecutive steps. Data:
+    :func:`heatmap_data`.
+    """
+    if responses.is_empty():
+        return []
+    data, edges = heatmap_data(responses, cap, bins)
+    steps = sorted(responses["step"].unique().to_list())
+    columns = min(MAX_HEATMAP_COLUMNS, len(steps))
+    cells = data.filter(pl.col("kind") == "cell")
+    grid = np.full((bins, columns), np.nan)  # no response: no colour
+    grid[cells["bin"].to_numpy(), cells["column"].to_numpy()] = cells["share_of_responses"]
     # column j spans step positions from its first step, ceil(j * len(steps) / columns)
     starts = [-(-j * len(steps) // columns) for j in range(columns)]
     fig, ax = plt.subplots(figsize=CANVAS)
     # log colors: the rare very long responses (the stragglers) must stay visible
-    grid = np.where(grid > 0, grid, np.nan)
     norm = LogNorm(vmin=max(np.nanmin(grid), 1e-4), vmax=np.nanmax(grid))
     mesh = ax.pcolormesh(
         np.array([*starts, len(steps)]),
@@ -126,7 +202,7 @@ def length_heatmap(
     ax.set_xlim(0, len(steps))
     fig.colorbar(mesh, ax=ax, label=f"share of the {'column' if pooled else 'step'}'s responses")
     fig.tight_layout()
-    return save_figure(fig, out, "length_heatmap")
+    return save_figure(fig, out, "length_heatmap", data=data)
 
 
 def _rank_labels(tails: pl.DataFrame) -> pl.DataFrame:
@@ -145,24 +221,50 @@ def _rank_labels(tails: pl.DataFrame) -> pl.DataFrame:
     return ranks.with_columns(pl.Series("label", labels))
 
 
+def straggler_data(tails: pl.DataFrame) -> pl.DataFrame:
+    """What ``straggler_timeline`` draws.
+
+    ``kind`` ``idle_tail``: per ``step`` and rank (``pid``, ``device``, its label ``rank``) the
+    ``idle_tail_ms``; ``kind`` ``generation``: per step ``gen_slowest_ms`` and ``gen_median_ms``
+    over the ranks (a rank's generation: its ``gen_end_ns − gen_start_ns``).
+    """
+    ranks = _rank_labels(tails).rename({"label": "rank"})
+    cells = tails.join(ranks.select("pid", "rank"), on="pid").with_columns(
+        ((pl.col("gen_end_ns") - pl.col("gen_start_ns")) / 1e6).alias("gen_ms")
+    )
+    device = pl.col("device") if "device" in tails.columns else pl.lit(None, pl.String)
+    heat = cells.select(
+        pl.lit("idle_tail").alias("kind"),
+        "step",
+        "pid",
+        device.alias("device"),
+        "rank",
+        (pl.col("idle_tail_ns") / 1e6).alias("idle_tail_ms"),
+    )
+    per_step = cells.group_by("step").agg(
+        pl.lit("generation").alias("kind"),
+        pl.col("gen_ms").max().alias("gen_slowest_ms"),
+        pl.col("gen_ms").median().alias("gen_median_ms"),
+    )
+    return pl.concat([heat.sort("step", "pid"), per_step.sort("step")], how="diagonal_relaxed")
+
+
 def straggler_timeline(tails: pl.DataFrame, out: Path) -> list[Path]:
     """All steps: each rank's idle tail (heatmap, rank/GPU × step) and the slowest vs median gen.
 
     The idle tail is the time a rank waits after its own generation for the step's slowest rank.
+    Data: :func:`straggler_data`.
     """
     if tails.is_empty():
         return []
+    data = straggler_data(tails)
     ranks = _rank_labels(tails)
     steps = sorted(tails["step"].unique().to_list())
-    cells = (
-        tails.join(ranks.select("pid", "label"), on="pid")
-        .with_columns(((pl.col("gen_end_ns") - pl.col("gen_start_ns")) / 1e6).alias("gen_ms"))
-        .with_columns((pl.col("idle_tail_ns") / 1e6).alias("tail_ms"))
-    )
     grid = np.full((ranks.height, len(steps)), np.nan)
     row = {label: i for i, label in enumerate(ranks["label"])}
     col = {step: j for j, step in enumerate(steps)}
-    for label, step, tail in cells.select("label", "step", "tail_ms").iter_rows():
+    heat_rows = data.filter(pl.col("kind") == "idle_tail")
+    for label, step, tail in heat_rows.select("rank", "step", "idle_tail_ms").iter_rows():
         grid[row[label], col[step]] = tail
     fig, (heat, gen) = plt.subplots(
         2, 1, figsize=STRAGGLER_CANVAS, sharex=True, height_ratios=(3, 2), layout="constrained"
@@ -180,19 +282,16 @@ def straggler_timeline(tails: pl.DataFrame, out: Path) -> list[Path]:
     heat.set_yticks(np.arange(ranks.height) + 0.5, ranks["label"].to_list(), fontsize=7)
     heat.invert_yaxis()
     heat.set_title("Idle tail per rank and step (white: the step's slowest rank)", fontsize=9)
-    per_step = (
-        cells.group_by("step")
-        .agg(pl.col("gen_ms").max().alias("slowest"), pl.col("gen_ms").median().alias("median"))
-        .sort("step")
-    )
-    x = np.arange(len(steps)) + 0.5
+    per_step = data.filter(pl.col("kind") == "generation")
+    x = np.array([col[step] for step in per_step["step"]]) + 0.5
     marker = "o" if len(steps) <= 40 else None
-    gen.plot(x, per_step["slowest"], color="#C44E52", marker=marker, ms=3, lw=1, label="slowest")
-    gen.plot(x, per_step["median"], color="#55A868", marker=marker, ms=3, lw=1, label="median")
+    slowest, median = per_step["gen_slowest_ms"], per_step["gen_median_ms"]
+    gen.plot(x, slowest, color="#C44E52", marker=marker, ms=3, lw=1, label="slowest")
+    gen.plot(x, median, color="#55A868", marker=marker, ms=3, lw=1, label="median")
     gen.set_ylim(bottom=0)
     gen.set_ylabel("generation (ms)")
     gen.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2, frameon=False, fontsize=8)
     _step_ticks(gen, steps)
     gen.set_xlim(0, len(steps))
     gen.set_xlabel("step")
-    return save_figure(fig, out, "straggler_timeline")
+    return save_figure(fig, out, "straggler_timeline", data=data)

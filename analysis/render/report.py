@@ -17,8 +17,8 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.aggregate.steps import over_steps, step_phase_metrics
-from analysis.model import PROJECTION, Analysis
+from analysis.aggregate.steps import PROCESS_COLUMNS, over_steps, step_phase_metrics
+from analysis.model import PROJECTION, WINDOW, Analysis
 from analysis.render.captions import caption_for
 from analysis.render.files import atomic_write
 from analysis.render.report_findings import Finding, what_stands_out
@@ -47,6 +47,10 @@ PHASE_COLUMNS: dict[str, str] = {
     "wall_ms_p10": "p10",
     "wall_ms_p90": "p90",
     "gpu_busy_pct": "GPU busy",
+    "busy_own_launches_pct": "busy, own launches",
+    "process_gpu_busy_pct": "process GPU busy",
+    "kernel_ms": "kernel time",
+    "gpu_time_ms": "GPU time (kernel + graph)",
     "nccl_ms": "NCCL",
     "memcpy_ms": "memcpy time",
     "memcpy_mb": "memcpy volume",
@@ -72,7 +76,40 @@ def phase_summary(phases: pl.DataFrame) -> pl.DataFrame:
 
 
 #: the phase table's columns that need GPU work (left out of a CPU-only capture's table)
-GPU_COLUMNS = ("gpu_busy_pct", "nccl_ms", "memcpy_ms", "memcpy_mb")
+GPU_COLUMNS = (
+    "gpu_busy_pct",
+    "busy_own_launches_pct",
+    "process_gpu_busy_pct",
+    "kernel_ms",
+    "gpu_time_ms",
+    "nccl_ms",
+    "memcpy_ms",
+    "memcpy_mb",
+)
+
+SCHEME_NOTE = (
+    "A phase marked by several processes lasts as long as its slowest one and uses the "
+    "energy of all; kernel, GPU, NCCL and memcpy times add up over GPUs and processes. "
+    "window (driver phases): GPU busy is the work of every device inside the "
+    "phase. projection (worker ranges): work launched inside the range (NVIDIA's definition); "
+    "'busy, own launches' counts only what the range's own thread launched (PyTorch's autograd "
+    "thread, for one, launches backward kernels outside any range), so it is no measure of how "
+    "idle the GPU was; 'process GPU busy' counts every operation the range's process launched, "
+    "on the GPUs it used."
+)
+
+
+def _by_scheme(summary: pl.DataFrame) -> pl.DataFrame:
+    """GPU busy split by what it counts.
+
+    Window rows keep ``gpu_busy_pct`` (every device's work); projection rows get
+    ``busy_own_launches_pct`` instead (the work the range's own thread launched, only).
+    """
+    projection = pl.col("attribution") == PROJECTION
+    return summary.with_columns(
+        pl.when(projection).then(pl.col("gpu_busy_pct")).alias("busy_own_launches_pct"),
+        pl.when(pl.col("attribution") == WINDOW).then(pl.col("gpu_busy_pct")).alias("gpu_busy_pct"),
+    )
 
 
 def no_phases_reason(analysis: Analysis) -> str:
@@ -86,27 +123,49 @@ def no_phases_reason(analysis: Analysis) -> str:
     )
 
 
+def _gpu_time_notes(frame: pl.DataFrame, analysis: Analysis) -> tuple[pl.DataFrame, list[str]]:
+    """The frame without GPU time where no phase has CUDA-graph time, and the notes.
+
+    GPU time (kernel + graph) equals kernel time without graphs; a note says where worker
+    ranges lack process GPU busy (an analysis without ``process_gpu_busy_ns``).
+    """
+    notes = []
+    if (frame["gpu_time_ms"] != frame["kernel_ms"]).any():
+        notes.append(
+            "GPU time = kernel time + whole CUDA graph executions (--cuda-graph-trace=graph "
+            "records a graph, not its kernels)."
+        )
+    else:
+        frame = frame.drop("gpu_time_ms")
+    has_workers = (frame["attribution"] == PROJECTION).any()
+    if has_workers and not all(c in analysis.phases.columns for c in PROCESS_COLUMNS):
+        notes.append(
+            "No process GPU busy: this analysis has no process_gpu_busy_ns column (re-run "
+            "nvtx-phases analyze with this version)."
+        )
+    return frame, notes
+
+
 def phase_table(summary: pl.DataFrame, analysis: Analysis) -> ReportTable:
     """The phase table in display units; metrics without a value in any row are left out."""
-    notes = [
-        "A phase marked by several processes lasts as long as its slowest one and uses the "
-        "energy of all. window: GPU work of every device inside the driver's phase; "
-        "projection: work launched inside the range (NVIDIA's definition)."
-    ]
-    frame = summary.select(list(PHASE_COLUMNS))
+    frame = _by_scheme(summary).select(list(PHASE_COLUMNS))
     if frame.is_empty():
         notes = [no_phases_reason(analysis)]
-    elif frame["n_steps"].null_count() == frame.height:
-        notes.append("No step ranges: each phase over the whole capture (one value, no spread).")
-        frame = frame.drop("n_steps", *(c for c in frame.columns if c.endswith(("_p10", "_p90"))))
-    elif analysis.summary.gpu.n_gpu_ops == 0:
+        return humanize(PHASE_TABLE_TITLE, frame, labels=PHASE_COLUMNS, notes=notes)
+    notes = [SCHEME_NOTE]
+    if analysis.summary.gpu.n_gpu_ops == 0:
         notes.append("No GPU activity in these traces (a CPU-only capture): wall times only.")
         frame = frame.drop(GPU_COLUMNS)
-    if frame.height and frame["energy_j"].null_count() == frame.height:
-        notes.append("No power samples: no energy or power columns.")
+    else:
+        frame, more = _gpu_time_notes(frame, analysis)
+        notes += more
     title = PHASE_TABLE_TITLE
-    if "n_steps" not in frame.columns:
+    if frame["n_steps"].null_count() == frame.height:
+        notes.append("No step ranges: each phase over the whole capture (one value, no spread).")
+        frame = frame.drop("n_steps", *(c for c in frame.columns if c.endswith(("_p10", "_p90"))))
         title = "Phase summary (whole capture)"
+    if frame["energy_j"].null_count() == frame.height:
+        notes.append("No power samples: no energy or power columns.")
     return humanize(title, frame, labels=PHASE_COLUMNS, notes=notes, drop_empty=True)
 
 
@@ -120,6 +179,28 @@ def report_tables(analysis: Analysis, sections: list[Section] | None = None) -> 
         if seen[table.slug] > 1:
             table.title = f"{table.title} ({seen[table.slug]})"
     return tables
+
+
+def launching_processes(analysis: Analysis) -> str:
+    """How many processes launched GPU operations: distinct (trace, pid) of the GPU activity.
+
+    Also says how many of them mark worker (projection) ranges; says so where the analysis
+    holds no launching process (no GPU activity, or a folder without ``gpu_activity.parquet``).
+    """
+    if not analysis.summary.gpu.n_gpu_ops:
+        return "none (no GPU activity in these traces)"
+    names = analysis.gpu_activity.collect_schema().names()
+    if "pid" not in names:
+        return "unknown (no GPU activity table in this analysis to tell the launching process)"
+    keys = [k for k in ("trace", "pid") if k in names]  # a folder's activity keeps only pid
+    launchers = (
+        analysis.gpu_activity.filter(pl.col("pid").is_not_null()).select(keys).unique().collect()
+    )
+    if launchers.is_empty():
+        return "unknown (the GPU operations carry no launching process)"
+    projection = analysis.phases.filter(pl.col("attribution") == PROJECTION)
+    marking = projection.select(keys).unique().join(launchers, on=keys, how="semi").height
+    return f"{launchers.height} ({marking} of them mark worker ranges: projection scheme)"
 
 
 def _metadata(analysis: Analysis) -> list[tuple[str, str]]:
@@ -136,10 +217,7 @@ def _metadata(analysis: Analysis) -> list[tuple[str, str]]:
             or (f"{s.n_devices} device(s), model not in the export" if s.n_devices else "none"),
         ),
         ("NVIDIA driver", ", ".join(s.driver_versions) or "not in the export"),
-        (
-            "ranks (processes launching GPU work)",
-            str(analysis.phases.filter(pl.col("attribution") == PROJECTION)["pid"].n_unique()),
-        ),
+        ("processes launching GPU work", launching_processes(analysis)),
         ("steps", str(s.n_steps)),
         ("GPU operations", f"{gpu.n_gpu_ops:,}"),
         (

@@ -28,7 +28,8 @@ th, td { border: 1px solid #d4d4d4; padding: 0.2rem 0.45rem; text-align: right;
 td.text { white-space: normal; } th { white-space: normal; }
 th { background: #f3f3f3; vertical-align: bottom; }
 td:first-child, th:first-child, td.text, th.text { text-align: left; }
-.meta th { text-align: left; font-weight: 600; } .meta td { text-align: left; }
+.meta th { text-align: left; font-weight: 600; vertical-align: top; }
+.meta td { text-align: left; white-space: normal; }
 .scroll { overflow-x: auto; max-width: 100%; }
 .note, .csv { color: #555; font-size: 0.82rem; margin: 0.2rem 0; }
 figure { margin: 1.5rem 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }

@@ -35,7 +35,7 @@ class Column:
     digits: int | None = None  # None: not a float (text, integer, boolean)
 
     def cell(self, value: object) -> str:
-        """``value`` as the report shows it (``12.34 ms``, ``67%``, ``—`` when missing)."""
+        """``value`` as the report shows it (``12.34 ms``, ``67%``, ``0 ms``, ``—`` when missing)."""
         if value is None or (isinstance(value, float) and value != value):
             return MISSING
         if isinstance(value, bool):
@@ -43,7 +43,9 @@ class Column:
         if isinstance(value, int) and self.digits is None:
             text = str(value) if self.name in ID_COLUMNS else f"{value:,}"
         elif isinstance(value, int | float) and self.digits is not None:
-            text = f"{value:,.{self.digits}f}"
+            # what rounds to zero is 0: never -0.00 (a tiny negative energy above idle)
+            zero = round(value, self.digits) == 0
+            text = "0" if zero else f"{value:,.{self.digits}f}"
         elif isinstance(value, float):
             text = f"{value:,.4g}"
         else:

@@ -1,14 +1,13 @@
 """A run on one timeline: Chrome trace-event JSON for ui.perfetto.dev and chrome://tracing.
 
-Processes, in order: each traced process (``<trace> pid <pid>``, drivers first), its phases as
-nested "X" slices on ``driver phases`` (window) or ``phases`` (projection), one slice per
-phase-table row (first range's start to last range's end; a row overlapping others without
-nesting goes on ``phases #2``: viewers draw no partial overlaps); each physical GPU (``GPU
-<device> (<name>)``): a track per stream (and launching process, where several share it),
-counters ``power`` (W, every sample) and ``GPU busy`` (fraction of each time bin its operations'
-union covers). Steps are global instants. Times: µs on the run's clock (ns / 1000, exact).
-Past ``max_ops`` operations, each stream's are merged into busy blocks (operations less than the
-smallest 1-2-5 µs gap that fits apart), every busy ns kept; ``otherData`` says so.
+Processes, in order: each traced process (``<trace> pid <pid>``, drivers first) with one slice
+per NVTX range on its thread's track (:mod:`analysis.render.timeline_ranges`); each physical
+GPU (``GPU <device> (<name>)``): a track per stream (and launching process, where several share
+it), counters ``power`` (W, every sample) and ``GPU busy`` (fraction of each time bin its
+operations' union covers). Steps are global instants. Times: µs on the run's clock (ns / 1000,
+exact to the ns). Past ``max_ranges`` ranges the shortest are left out; past ``max_ops``
+operations, each stream's are merged into busy blocks (operations less than the smallest 1-2-5
+µs gap that fits apart), every busy ns kept. ``otherData`` and the notes say what was thinned.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ import polars as pl
 
 from analysis.model import WINDOW, Analysis
 from analysis.render.files import atomic_write
+from analysis.render.timeline_ranges import nest_lanes, timeline_ranges
 
 SPAN_COLUMNS: Final = ("trace", "pid", "device", "stream", "start_ns", "end_ns")
 #: what one operation's slice shows (columns an analysis lacks are left out)
@@ -35,10 +35,6 @@ OP_COLUMNS: Final = (
 )
 OP_ARGS: Final = (
     *("kind", "op_id", "pid", "correlation_id", "bytes", "projection_path", "window_path"),
-)
-PHASE_ARGS: Final = (
-    *("path", "step", "attribution", "level", "n_ranges", "wall_ns", "gpu_busy_ns"),
-    *("kernel_ns", "nccl_ns", "memcpy_ns", "memcpy_bytes", "energy_j"),
 )
 NO_OPS: Final = {
     c: pl.Int64 if c.endswith(("id", "ns", "bytes", "stream")) else pl.String for c in OP_COLUMNS
@@ -57,13 +53,24 @@ def us(ns: float) -> float:
     return ns / 1000
 
 
+def _present(args: dict[str, Any]) -> dict[str, Any]:
+    """``args`` without null values, at every level (a group left empty is dropped)."""
+    out = {}
+    for key, value in args.items():
+        value = _present(value) if isinstance(value, dict) else value
+        if value is not None and value != {}:
+            out[key] = value
+    return out
+
+
 @dataclass(frozen=True)
 class Timeline:
     """The trace's events, kept as frames until written (:meth:`events`).
 
-    ``slices``: frames of ``pid_v, tid, name, cat, start_ns, end_ns, args`` (a struct);
-    ``counters``: ``pid_v, name, key, t_ns, value``; ``notes``: what the user should know
-    (operations merged, or not available), also in ``other_data``.
+    ``slices``: frames of ``pid_v, tid, name, cat, start_ns, end_ns, args`` (a struct), each
+    sorted by track, start and longest first; ``counters``: ``pid_v, name, key, t_ns, value``;
+    ``notes``: what the user should know (ranges left out, operations merged, or not
+    available), also in ``other_data``.
     """
 
     metadata: list[Event]
@@ -80,38 +87,15 @@ class Timeline:
         return len(self.metadata) + n_slices + self.counters.height + len(self.instants)
 
     def events(self) -> Iterator[Event]:
-        """Every trace event: metadata, phase and GPU slices, counters, step instants."""
+        """Every trace event: metadata, range and GPU slices, counters, step instants."""
         yield from self.metadata
         for frame in self.slices:
             for pid, tid, name, cat, start, end, args in frame.iter_rows():
                 event = dict(ph="X", pid=pid, tid=tid, name=name, cat=cat, ts=us(start))
-                args = {k: v for k, v in args.items() if v is not None}
-                yield event | {"dur": us(end - start), "args": args}
+                yield event | {"dur": us(end - start), "args": _present(args)}
         for pid, name, key, t_ns, value in self.counters.iter_rows():
             yield {"ph": "C", "pid": pid, "name": name, "ts": us(t_ns), "args": {key: value}}
         yield from self.instants
-
-
-def nest_lanes(starts: Sequence[int], ends: Sequence[int]) -> list[int]:
-    """A lane per interval such that on each lane intervals nest or are disjoint.
-
-    Intervals sorted by start, then longest first; each goes on the first lane where it fits
-    inside the innermost interval still open there, or where none is open.
-    """
-    stacks: list[list[int]] = []
-    lanes: list[int] = []
-    for start, end in zip(starts, ends, strict=True):
-        for lane, stack in enumerate(stacks):
-            while stack and stack[-1] <= start:
-                stack.pop()
-            if not stack or end <= stack[-1]:
-                stack.append(end)
-                lanes.append(lane)
-                break
-        else:
-            stacks.append([end])
-            lanes.append(len(stacks) - 1)
-    return lanes
 
 
 def _with_gaps(spans: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
@@ -196,13 +180,18 @@ def _processes(
 ) -> tuple[pl.DataFrame, pl.DataFrame, list[Event]]:
     """The viewer's processes: (ranks ``trace, pid, pid_v``; GPUs ``device, pid_v``; metadata).
 
-    Ranks: every process with phases or GPU operations, drivers (window phases) first. GPUs:
-    the summary's physical GPUs, then any other device the operations or power samples name.
+    Ranks: every process with NVTX ranges, drivers (window ranges) first. GPUs: the summary's
+    physical GPUs, then any other device the operations or power samples name.
     """
-    phases, power = analysis.phases, analysis.power_samples
-    drivers = set(phases.filter(pl.col("attribution") == WINDOW).select("trace", "pid").iter_rows())
-    launching = spans.filter(pl.col("pid") != -1).select("trace", "pid").unique()
-    every = set(phases.select("trace", "pid").iter_rows()) | set(launching.iter_rows())
+    power = analysis.power_samples
+    ranges = (
+        analysis.ranges
+        if analysis.ranges is not None
+        else pl.DataFrame(schema={"trace": pl.String, "pid": pl.Int64, "attribution": pl.String})
+    )
+    window = ranges.filter(pl.col("attribution") == WINDOW)
+    drivers = set(window.select("trace", "pid").iter_rows())
+    every = set(ranges.select("trace", "pid").unique().iter_rows())
     ranks = sorted(every, key=lambda process: (process not in drivers, process))
     gpus = {d.device: f" ({d.gpu_name})" if d.gpu_name else "" for d in analysis.summary.devices}
     seen = set(spans["device"]) | (set(power["device"]) if power is not None else set())
@@ -255,21 +244,6 @@ def _assign_tracks(rows: pl.DataFrame, keys: list[str]) -> tuple[pl.DataFrame, l
     on = [*keys, "lane"]
     rows = rows.join(tracks.select(*on, "tid"), on=on, how="left", maintain_order="left")
     return rows.select("pid_v", "tid", "name", "cat", "start_ns", "end_ns", "args"), meta
-
-
-def _phase_slices(phases: pl.DataFrame, ranks: pl.DataFrame) -> tuple[pl.DataFrame, list[Event]]:
-    """Phase rows on their process's tracks: window phases on "driver phases", others "phases"."""
-    rows = phases.join(ranks, on=["trace", "pid"], how="left").with_columns(
-        (pl.col("attribution") != WINDOW).alias("o"),
-        pl.col("attribution")
-        .replace_strict({WINDOW: "driver phases"}, default="phases")
-        .alias("label"),
-        pl.col("phase").alias("name"),
-        pl.col("attribution").alias("cat"),
-        pl.struct(PHASE_ARGS).alias("args"),
-        pl.col("level").alias("order"),
-    )
-    return _assign_tracks(rows, ["pid_v", "o"])
 
 
 def _op_slices(ops: pl.DataFrame, gpus: pl.DataFrame) -> tuple[pl.DataFrame, list[Event]]:
@@ -337,10 +311,34 @@ def _step_instants(steps: pl.DataFrame) -> list[Event]:
     ]
 
 
+def _merge_ops(
+    spans: pl.DataFrame, n_ops: int, max_ops: int, merge_gap_ns: int | None
+) -> tuple[pl.DataFrame, str, dict[str, Any]]:
+    """Each stream's operations as busy blocks: (blocks, the note, ``otherData``'s ``merged``)."""
+    gap = merge_gap_ns if merge_gap_ns is not None else choose_gap(spans, max_ops)
+    blocks = merge_blocks(spans, gap)
+    merged = {"n_ops": n_ops, "n_blocks": blocks.height, "gap_ns": gap, "max_ops": max_ops}
+    why = f"> --max-ops {max_ops:,}" if n_ops > max_ops else "(--merge-gap-us)"
+    gap_us = f"{gap / 1000:,.3f}".rstrip("0").rstrip(".")
+    how = f"{n_ops:,} GPU operations {why}: merged per stream into {blocks.height:,} busy blocks"
+    how += f" (operations < {gap_us} µs apart joined; busy time kept)"
+    if n_ops > max_ops and merge_gap_ns is None:
+        how += f"; --max-ops {n_ops} draws each operation"
+    return blocks, how, merged
+
+
 def build_timeline(
-    analysis: Analysis, *, max_ops: int, merge_gap_ns: int | None = None
+    analysis: Analysis,
+    *,
+    max_ops: int,
+    merge_gap_ns: int | None = None,
+    max_ranges: int = 10**12,
 ) -> Timeline:
-    """The run's trace events; GPU operations merged past ``max_ops`` (or at ``merge_gap_ns``)."""
+    """The run's trace events: ranges, GPU operations, counters, steps.
+
+    One slice per NVTX range (the longest ``max_ranges``); GPU operations merged per stream
+    past ``max_ops`` (or at ``merge_gap_ns``).
+    """
     ops, n_ops, merge = _collect_ops(analysis.gpu_activity, max_ops, merge_gap_ns)
     notes, how, merged = [], "one slice per operation", None
     if ops is None:
@@ -350,23 +348,17 @@ def build_timeline(
         ops = pl.DataFrame(schema=NO_OPS)
     spans = ops.select(SPAN_COLUMNS)
     ranks, gpus, meta = _processes(analysis, spans)
-    phases, phase_meta = _phase_slices(analysis.phases, ranks)
+    ranges, range_notes, range_other = timeline_ranges(analysis, ranks, max_ranges)
     if merge:
-        gap = merge_gap_ns if merge_gap_ns is not None else choose_gap(spans, max_ops)
-        ops = merge_blocks(spans, gap)
-        merged = {"n_ops": n_ops, "n_blocks": ops.height, "gap_ns": gap, "max_ops": max_ops}
-        why = f"> --max-ops {max_ops:,}" if n_ops > max_ops else "(--merge-gap-us)"
-        gap_us = f"{gap / 1000:,.3f}".rstrip("0").rstrip(".")
-        how = f"{n_ops:,} GPU operations {why}: merged per stream into {ops.height:,} busy blocks"
-        notes.append(how := f"{how} (operations < {gap_us} µs apart joined; busy time kept)")
+        ops, how, merged = _merge_ops(spans, n_ops, max_ops, merge_gap_ns)
+        notes.append(how)
     ops, op_meta = _op_slices(ops, gpus)
     counters, width = _counters(analysis, spans, gpus)
     other = {
         "tool": "nvtx-phases timeline",
         "clock": "µs on the run's clock (ns since the earliest file's session start, / 1000)",
         "traces": [t.label for t in analysis.summary.traces],
-        "n_phases": phases.height,
-        "phases": "one slice per phase-table row, from its first range's start to its last's end",
+        **range_other,
         "n_gpu_ops": n_ops,
         "gpu_ops": how,
         "merged": merged,
@@ -374,8 +366,13 @@ def build_timeline(
         "busy_bin_ns": width,
         "n_steps": analysis.steps.height,
     }
+    slices, range_meta = [ops], []
+    if ranges is not None:
+        slices, range_meta = [ranges.slices, ops], ranges.meta
     instants = _step_instants(analysis.steps)
-    return Timeline(meta + phase_meta + op_meta, [phases, ops], counters, instants, other, notes)
+    return Timeline(
+        meta + range_meta + op_meta, slices, counters, instants, other, range_notes + notes
+    )
 
 
 def write_timeline(timeline: Timeline, path: str | Path) -> Path:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from analysis.workload import verl_logs as wl
 from analysis.workload.verl_logs import OTHER, STEP
 
 if TYPE_CHECKING:
@@ -59,8 +60,8 @@ def summary_title(times: pl.DataFrame) -> str:
     return f"VeRL phase times: {len(steps)} steps ({steps[0]}–{steps[-1]})"
 
 
-def summary_markdown(summary: pl.DataFrame, title: str) -> str:
-    """The per-phase table (median, p10–p90, share of step) as Markdown."""
+def summary_markdown(summary: pl.DataFrame, title: str, note: str | None = None) -> str:
+    """The per-phase table (median, p10–p90, share of step) as Markdown; ``note`` below it."""
     lines = [
         f"# {title}",
         "",
@@ -72,6 +73,7 @@ def summary_markdown(summary: pl.DataFrame, title: str) -> str:
         "",
         f"Seconds over the steps a phase ran in; share: its seconds over all steps / the steps' "
         f"total (`{OTHER}`: the step's time no phase timer covers).",
+        *([] if note is None else ["", f"Note: {note}."]),
     ]
     return "\n".join(lines) + "\n"
 
@@ -103,6 +105,56 @@ def write_csv_tables(
         session.write("steps.csv", steps.write_csv),
         session.write("phase_summary.csv", summary.write_csv),
     ]
+
+
+def share_bars(times: pl.DataFrame, *, max_bars: int = 40) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """What the share figure draws, at most ``max_bars`` bars of consecutive steps.
+
+    ``shares``: ``bar, phase, share`` for every bar and phase (the bar's phase seconds over its
+    steps' total; phases in execution order, then :data:`~analysis.workload.verl_logs.OTHER`; each bar adds up to 1). ``bars``: ``bar, label`` (the step,
+    or ``first–last``), ``n_steps`` and the step time's ``median_s``, ``p10_s``, ``p90_s``.
+    """
+    totals = wl.step_totals(times)
+    n = totals.height
+    binned = totals.with_row_index("_i").with_columns(
+        (pl.col("_i").cast(pl.Int64) * min(max_bars, max(n, 1)) // max(n, 1)).alias("bar")
+    )
+    bars = (
+        binned.group_by("bar")
+        .agg(
+            pl.col("step").min().alias("_first"),
+            pl.col("step").max().alias("_last"),
+            pl.len().alias("n_steps"),
+            pl.col("step_s").sum().alias("_total"),
+            pl.col("step_s").median().alias("median_s"),
+            pl.col("step_s").quantile(0.1, "linear").alias("p10_s"),
+            pl.col("step_s").quantile(0.9, "linear").alias("p90_s"),
+        )
+        .sort("bar")
+        .with_columns(
+            pl.when(pl.col("_first") == pl.col("_last"))
+            .then(pl.col("_first").cast(pl.String))
+            .otherwise(pl.format("{}–{}", "_first", "_last"))
+            .alias("label")
+        )
+    )
+    rows = wl.with_other(times)
+    other = [OTHER] if (rows["phase"] == OTHER).any() else []  # not seen without step timers
+    order = [*(p for p in wl.ordered_phases(times) if p != STEP), *other]
+    seconds = (
+        rows.join(binned.select("step", "bar"), on="step")
+        .group_by("bar", "phase")
+        .agg(pl.col("seconds").sum())
+    )
+    grid = bars.select("bar", "_total").join(pl.DataFrame({"phase": order}), how="cross")
+    shares = wl.in_order(
+        grid.join(seconds, on=["bar", "phase"], how="left").with_columns(
+            (pl.col("seconds").fill_null(0.0) / pl.col("_total")).alias("share")
+        ),
+        order,
+        "bar",
+    ).select("bar", "phase", "share")
+    return shares, bars.select("bar", "label", "n_steps", "median_s", "p10_s", "p90_s")
 
 
 def _colors(phases: list[str]) -> dict[str, str]:
@@ -137,12 +189,13 @@ def phase_share_figure(shares: pl.DataFrame, bars: pl.DataFrame, out: Path) -> l
     fig, ax = plt.subplots(figsize=FIGURE_SIZE)
     fig.subplots_adjust(left=0.07, right=0.72, bottom=0.17, top=0.88)
     bottom = np.zeros(bars.height)
-    phases = shares["phase"].unique(maintain_order=True).to_list()
+    data = share_figure_data(shares, bars)
+    phases = data["phase"].unique(maintain_order=True).to_list()
     colors = _colors(phases)
     for phase in phases:
-        rows = shares.filter(pl.col("phase") == phase)
+        rows = data.filter(pl.col("phase") == phase)
         height = np.zeros(bars.height)
-        height[rows["bar"].to_numpy()] = 100 * np.nan_to_num(rows["share"].to_numpy())
+        height[rows["bar"].to_numpy()] = rows["share_pct"].to_numpy()
         ax.bar(
             x,
             height,
@@ -176,7 +229,34 @@ def phase_share_figure(shares: pl.DataFrame, bars: pl.DataFrame, out: Path) -> l
         frameon=False,
         fontsize=8,
     )
-    return save_figure(fig, out, "phase_share")
+    return save_figure(fig, out, "phase_share", data=data)
+
+
+def share_figure_data(shares: pl.DataFrame, bars: pl.DataFrame) -> pl.DataFrame:
+    """The numbers :func:`phase_share_figure` draws, one row per bar and phase.
+
+    ``share_pct``: the segment's height (%); ``step_s``: the step time's dot (a bin's median);
+    ``step_p10_s``, ``step_p90_s``: its whisker ends, drawn (and given) only for bins.
+    """
+    binned = bool((bars["n_steps"] > 1).any())
+    whisker = [pl.col(c) if binned else pl.lit(None, pl.Float64) for c in ("p10_s", "p90_s")]
+    steps = bars.select(
+        "bar",
+        "label",
+        "n_steps",
+        pl.col("median_s").alias("step_s"),
+        whisker[0].alias("step_p10_s"),
+        whisker[1].alias("step_p90_s"),
+    )
+    return (
+        shares.with_columns(
+            (100 * pl.col("share")).fill_nan(None).fill_null(0.0).alias("share_pct")
+        )
+        .join(steps, on="bar", how="left", maintain_order="left")
+        .select(
+            "bar", "label", "n_steps", "phase", "share_pct", "step_s", "step_p10_s", "step_p90_s"
+        )
+    )
 
 
 def _step_time_axis(ax: plt.Axes, x: np.ndarray, bars: pl.DataFrame, binned: bool) -> None:

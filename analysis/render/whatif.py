@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 
 from analysis.render.files import atomic_write
-from analysis.workload.whatif import ENERGY_RULE, WHOLE_STEP
+from analysis.workload.whatif import ENERGY_RULE, OVERLAP, OVERLAP_FORMULA, WHOLE_STEP
 
 #: the run-level columns the Markdown table and the CLI show, with their headers
 RUN_HEADERS = (
@@ -80,8 +80,8 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def whatif_markdown(run: pl.DataFrame, source: str) -> str:
-    """``whatif.md``: the run-level table, then every bound's assumption (or why it is missing)."""
+def whatif_markdown(run: pl.DataFrame, source: str, warnings: list[str] | None = None) -> str:
+    """``whatif.md``: the run-level table, warnings, every bound's assumption (or why missing)."""
     lines = [
         "# What-if bounds",
         "",
@@ -94,6 +94,16 @@ def whatif_markdown(run: pl.DataFrame, source: str) -> str:
         "|" + "|".join("---" if i < 2 else "---:" for i in range(len(RUN_HEADERS))) + "|",
     ]
     lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in run_rows(run)]
+    if warnings:
+        lines += ["", "## Warnings", "", *(f"- {_cell(w)}" for w in warnings)]
+    lines += [
+        "",
+        "## The overlap bound over the run",
+        "",
+        f"`{OVERLAP}` treats the steps as a pipeline, with its fill and drain: "
+        f"{_cell(OVERLAP_FORMULA)}. Its run total is this schedule's length; the saving is the "
+        "measured steps' total minus it.",
+    ]
     lines += ["", "## Assumptions", ""]
     seen: set[str] = set()
     for r in run.iter_rows(named=True):
@@ -146,53 +156,90 @@ def _step_label(n_steps: int, max_points: int) -> str:
     return f"step (median per bin of {size} steps)"
 
 
+def _plotted(table: pl.DataFrame) -> pl.DataFrame:
+    """The rows the figure draws: step-level bounds that are available."""
+    return table.filter(
+        pl.col("bound_s").is_not_null()
+        & ((pl.col("bound") != "balanced_dp") | (pl.col("variant") == WHOLE_STEP))
+    )
+
+
+def whatif_figure_data(table: pl.DataFrame, *, max_points: int = MAX_POINTS) -> pl.DataFrame:
+    """The numbers :func:`whatif_figure` draws: one row per line (``series``) and point.
+
+    ``series``: ``measured`` or ``bound / variant``; ``x``: the step, or past ``max_points``
+    steps the mean step of its bin; ``y``: the step time (s), a bin's median; ``p10``, ``p90``:
+    the measured time's band over a bin (drawn, and given, only when binned).
+    """
+    steps = _plotted(table)
+    if steps.is_empty():
+        columns = {"series": pl.String, **dict.fromkeys(("x", "y", "p10", "p90"), pl.Float64)}
+        return pl.DataFrame(schema=columns)
+    points = _binned(steps, max_points)
+    binned = steps["step"].n_unique() > max_points
+    measured = _quantiles(
+        points.group_by("step", "x").agg(pl.col("measured_s").first()), "measured_s"
+    ).with_columns(pl.lit("measured").alias("series"))
+    bounds = _quantiles(points, "bound_s", "bound", "variant").with_columns(
+        pl.format("{} / {}", "bound", "variant").alias("series"),
+        pl.lit(None, pl.Float64).alias("low"),
+        pl.lit(None, pl.Float64).alias("high"),
+    )
+    order = [
+        "measured",
+        *(
+            f"{b} / {v}"
+            for b, v in steps.select("bound", "variant").unique(maintain_order=True).iter_rows()
+        ),
+    ]
+    band = [pl.col(c) if binned else pl.lit(None, pl.Float64) for c in ("low", "high")]
+    frame = pl.concat(
+        [
+            f.select(
+                "series", "x", pl.col("mid").alias("y"), band[0].alias("p10"), band[1].alias("p90")
+            )
+            for f in (measured, bounds)
+        ]
+    )
+    rank = pl.DataFrame({"series": order}).with_row_index("_k")
+    return frame.join(rank, on="series").sort("_k", "x").drop("_k")
+
+
 def whatif_figure(table: pl.DataFrame, out: Path, *, max_points: int = MAX_POINTS) -> list[Path]:
     """Measured step time and each step-level bound, per step (``whatif_per_step``).
 
     A fixed :data:`CANVAS`; past ``max_points`` steps, the median over bins of consecutive steps
-    with the measured time's p10–p90 band. Legend outside the axes, on the right.
+    with the measured time's p10–p90 band. Legend outside the axes, on the right. The drawn
+    numbers (:func:`whatif_figure_data`) go beside it as ``whatif_per_step.csv``.
     """
     from matplotlib.ticker import MaxNLocator
 
     from analysis.render.figures import plt, save_figure  # matplotlib only when drawing
 
-    steps = table.filter(
-        pl.col("bound_s").is_not_null()
-        & ((pl.col("bound") != "balanced_dp") | (pl.col("variant") == WHOLE_STEP))
-    )
-    if steps.is_empty():
+    data = whatif_figure_data(table, max_points=max_points)
+    if data.is_empty():
         return []
-    points = _binned(steps, max_points)
-    n_steps = steps["step"].n_unique()
+    n_steps = _plotted(table)["step"].n_unique()
     binned = n_steps > max_points
     fig, ax = plt.subplots(figsize=CANVAS)
-    measured = _quantiles(
-        points.group_by("step", "x").agg(pl.col("measured_s").first()), "measured_s"
-    )
-    marker = "" if binned else "o"
-    ax.plot(measured["x"], measured["mid"], color="black", marker=marker, lw=2, label="measured")
-    if binned:
-        ax.fill_between(
-            measured["x"],
-            measured["low"],
-            measured["high"],
-            color="#999999",
-            alpha=0.3,
-            lw=0,
-            label="measured, p10–p90\nover the bin's steps",
-        )
-    bounds = _quantiles(points, "bound_s", "bound", "variant")
-    keys = steps.select("bound", "variant").unique(maintain_order=True).iter_rows()
-    for k, (bound, variant) in enumerate(keys):
-        rows = bounds.filter((pl.col("bound") == bound) & (pl.col("variant") == variant))
-        ax.plot(
-            rows["x"],
-            rows["mid"],
-            marker="" if binned else ".",
-            color=f"C{k % 10}",
-            lw=1.2,
-            label=f"{bound} / {variant}",
-        )
+    for k, series in enumerate(data["series"].unique(maintain_order=True)):
+        rows = data.filter(pl.col("series") == series)
+        if series == "measured":
+            marker = "" if binned else "o"
+            ax.plot(rows["x"], rows["y"], color="black", marker=marker, lw=2, label=series)
+            if binned:
+                ax.fill_between(
+                    rows["x"],
+                    rows["p10"],
+                    rows["p90"],
+                    color="#999999",
+                    alpha=0.3,
+                    lw=0,
+                    label="measured, p10–p90\nover the bin's steps",
+                )
+            continue
+        marker = "" if binned else "."  # k − 1: the bounds keep colours C0, C1, … in order
+        ax.plot(rows["x"], rows["y"], marker=marker, color=f"C{(k - 1) % 10}", lw=1.2, label=series)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(_step_label(n_steps, max_points))
     ax.set_ylabel("step time (s)")
@@ -200,14 +247,20 @@ def whatif_figure(table: pl.DataFrame, out: Path, *, max_points: int = MAX_POINT
     ax.set_title(f"What-if: step time under each bound ({n_steps} steps)", fontsize=10)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=7)
     fig.tight_layout()
-    return save_figure(fig, out, "whatif_per_step")
+    return save_figure(fig, out, "whatif_per_step", data=data)
 
 
 def write_whatif(
-    table: pl.DataFrame, run: pl.DataFrame, out: Path, *, source: str, figures: bool = True
+    table: pl.DataFrame,
+    run: pl.DataFrame,
+    out: Path,
+    *,
+    source: str,
+    figures: bool = True,
+    warnings: list[str] | None = None,
 ) -> list[Path]:
     """Write ``whatif.csv``, ``whatif.md`` and (``figures``) the figure to ``out``; the paths."""
-    text = whatif_markdown(run, source)
+    text = whatif_markdown(run, source, warnings)
     written = [
         atomic_write(out / "whatif.csv", table.write_csv),
         atomic_write(out / "whatif.md", lambda p: p.write_text(text, encoding="utf-8")),

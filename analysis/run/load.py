@@ -23,6 +23,7 @@ from typing import Any, Literal
 import polars as pl
 
 from analysis.errors import AnalysisError, MissingDependency
+from analysis.frames import PolarsDataType
 from analysis.normalize.devices import gpu_identities, unidentified_warning
 from analysis.normalize.events import (
     OP_TABLES,
@@ -40,6 +41,14 @@ from analysis.read.prefetch import Prefetched, in_threads
 from analysis.run.spill import BATCH_ROWS, DEFAULT_CHUNK_OPS, OpsStore, collect_ops
 
 Engine = Literal["serial", "process", "ray"]
+
+
+#: the columns of :attr:`LoadedTrace.thread_names`
+THREAD_NAMES: dict[str, PolarsDataType] = {
+    "trace": pl.String,
+    "gtid": pl.Int64,
+    "thread_name": pl.String,
+}
 
 
 @dataclass
@@ -67,7 +76,24 @@ class LoadedTrace:
     ops: OpsStore
     n_calls: int
     n_duplicated_calls: int
+    #: ``trace, gtid, thread_name`` from the export's ``ThreadNames`` (empty without it)
+    thread_names: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=THREAD_NAMES))
     warnings: list[str] = field(default_factory=list)
+
+
+def thread_names(raw: RawTrace) -> pl.DataFrame:
+    """``trace, gtid, thread_name`` of the export's named threads (empty without ThreadNames)."""
+    names = raw.frame(T.THREAD_NAMES)
+    if names is None or names.is_empty():
+        return pl.DataFrame(schema=THREAD_NAMES)
+    strings = strings_of(raw).rename({"id": "nameId", "value": "thread_name"})
+    return (
+        names.select(pl.col("nameId").cast(pl.Int64), pl.col("globalTid").cast(pl.Int64))
+        .join(strings, on="nameId", how="inner")
+        .select(pl.lit(raw.label).alias("trace"), pl.col("globalTid").alias("gtid"), "thread_name")
+        .unique(subset=["gtid"], keep="last", maintain_order=True)
+        .cast(THREAD_NAMES)  # type: ignore[arg-type]
+    )
 
 
 #: Threads that read one file's runtime-call table, each a rowid slice of it.
@@ -197,6 +223,7 @@ def load_trace(
         ops=ops,
         n_calls=calls.n_calls,
         n_duplicated_calls=calls.n_duplicated,
+        thread_names=thread_names(raw),
         warnings=warnings + range_warnings,
     )
 

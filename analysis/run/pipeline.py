@@ -180,6 +180,7 @@ def _analyze(
         idle_power_w=idle_power_w,
         launch_warnings=_launch_warnings(loaded),
         activity_dir=activity_dir,
+        thread_names=pl.concat([t.thread_names for t in loaded]),
     )
     warnings += attributed.warnings + _coverage_warnings(ranges, attributed)
     summary = _run_summary(

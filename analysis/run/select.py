@@ -11,10 +11,15 @@ per-GPU phase rows of the selected steps, their ``steps`` rows and the GPU opera
 (``window_step``: the step of the window phase at the operation's start, else the step window
 containing its start) is selected. From those operations it recounts the kernel table and the
 summary's GPU totals: whole operations, each with the phase at its start (``window_path``;
-``projection_path`` for the projection scheme) or unattributed, so that ``attributed +
-unattributed = total`` holds to the nanosecond. Operations of other steps or of no step are
-excluded and counted in a note (summary warnings). Energy totals and power samples stay the
-whole run's; the phase rows carry the selected steps' energy.
+``projection_path`` for the projection scheme) or unattributed. Those two parts come from one
+column of the same rows, so they add up to the total by construction: they check nothing.
+``gpu_time_conserved`` stays the whole run's, whose check compared independently computed
+sides (:mod:`analysis.attribute.conservation`) over the attribution these rows carry; the
+selected phase rows cannot serve as a side here (they are chosen by the step of the range,
+the operations by the step at the operation's start, and window rows hold clipped time).
+Operations of other steps or of no step are excluded and counted in a note (summary
+warnings). Energy totals and power samples stay the whole run's; the phase rows carry the
+selected steps' energy.
 """
 
 from __future__ import annotations
@@ -173,8 +178,11 @@ def select_run(run: Analysis, spec: str | StepSpec, folder: Path | None = None) 
     return selected
 
 
-def _gpu_totals(activity: pl.LazyFrame) -> GpuTotals:
-    """The summary's GPU totals over these operations, whole, by the phase at their start."""
+def _gpu_totals(activity: pl.LazyFrame, conserved: bool) -> GpuTotals:
+    """The summary's GPU totals over these operations, whole, by the phase at their start.
+
+    ``conserved``: the whole run's check (see the module's docstring).
+    """
     dur = pl.col("dur_ns")
     window, projection = (
         pl.col("window_path").is_not_null(),
@@ -193,11 +201,6 @@ def _gpu_totals(activity: pl.LazyFrame) -> GpuTotals:
         .row(0, named=True)
     )
     counts = {name: int(value or 0) for name, value in row.items()}
-    conserved = (
-        counts["attributed_gpu_ns"] + counts["unattributed_gpu_ns"] == counts["total_gpu_ns"]
-        and counts["projection_attributed_gpu_ns"] + counts["projection_unattributed_gpu_ns"]
-        == counts["total_gpu_ns"]
-    )
     return GpuTotals(gpu_time_conserved=conserved, **counts)
 
 
@@ -241,7 +244,8 @@ def _record(
         "not_found": [s for s in spec.named() if s not in available],
         **{name: int_value(value) if value is not None else 0 for name, value in out.items()},
         "excluded_phase_rows": analysis.phases.height - kept_rows,
-        "gpu_totals": "whole operations of the selected steps, by the phase at their start",
+        "gpu_totals": "whole operations of the selected steps, by the phase at their start; "
+        "gpu_time_conserved is the whole run's check",
         "energy_totals": "whole run" if analysis.summary.energy is not None else None,
     }
 
@@ -266,7 +270,7 @@ def _summary(
     )
     return dataclasses.replace(
         summary,
-        gpu=_gpu_totals(activity),
+        gpu=_gpu_totals(activity, summary.gpu.gpu_time_conserved),
         n_steps=n_steps,
         n_phase_ranges=int(phases["n_ranges"].sum()) if phases.height else 0,
         warnings=[*summary.warnings, note],

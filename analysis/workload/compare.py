@@ -22,6 +22,19 @@ from analysis.model import Analysis
 #: the columns naming one phase in the comparison tables
 KEYS = ["path", "attribution"]
 
+#: per metric unit, the smallest first-run value a relative difference (% and ratio) is
+#: computed from: 1 µs, 1 KB, 1 mJ, 1 W. Below it a percentage says nothing (a 2.3e-15 J
+#: baseline gave +6e16 %); only the difference in the metric's unit is given. Percentages
+#: (GPU busy) differ in percentage points only: no relative difference.
+PCT_FLOORS: dict[str, float] = {"ms": 1e-3, "MB": 1e-3, "J": 1e-3, "W": 1.0}
+#: each floor as the comparison states it
+FLOOR_TEXT: dict[str, str] = {"ms": "1 µs", "MB": "1 KB", "J": "1 mJ", "W": "1 W"}
+
+
+def pct_floor(metric: str) -> float | None:
+    """The smallest first-run value of ``metric`` given a % difference; None: never (a %)."""
+    return PCT_FLOORS.get(STEP_METRICS[metric][1])
+
 
 def _no_phases(label: str, analysis: Analysis) -> WorkloadInputError:
     n_ranges = analysis.summary.n_ranges
@@ -100,8 +113,9 @@ def _summary_table(
 ) -> pl.DataFrame:
     """Each run's median, p10 and p90 per phase and metric, with diff, ratio and % to the first.
 
-    ``diff_pct = (median − first run's median) / first run's median × 100``, null where the
-    first run's median is 0 or missing. Rows in execution order (:func:`phase_order`).
+    ``diff_pct = (median − first run's median) / first run's median × 100`` and ``ratio``, only
+    where the first run's median is at least the metric's ``pct_floor`` (:data:`PCT_FLOORS`;
+    never for a percentage), else null. Rows in execution order (:func:`phase_order`).
     """
     base = next(iter(metrics))
     summaries = []
@@ -121,18 +135,25 @@ def _summary_table(
                     pl.col(f"{metric}_p90").alias("p90"),
                 )
             )
-    summary = pl.concat(summaries).with_columns(
-        pl.col("run").replace_strict(order).alias("run_order")
+    floors = pl.DataFrame(
+        {"metric": list(STEP_METRICS), "pct_floor": [pct_floor(m) for m in STEP_METRICS]},
+        schema={"metric": pl.String, "pct_floor": pl.Float64},
+    )
+    summary = (
+        pl.concat(summaries)
+        .with_columns(pl.col("run").replace_strict(order).alias("run_order"))
+        .join(floors, on="metric", how="left")
     )
     reference = summary.filter(pl.col("run") == base).select(
         *KEYS, "metric", pl.col("median").alias("_base")
     )
+    relative = pl.col("_base") >= pl.col("pct_floor")  # null floor or base: no relative diff
     return (
         summary.join(reference, on=[*KEYS, "metric"], how="left")
         .with_columns(
             (pl.col("median") - pl.col("_base")).alias("diff"),
-            (pl.col("median") / pl.col("_base")).alias("ratio"),
-            pl.when(pl.col("_base") != 0)
+            pl.when(relative).then(pl.col("median") / pl.col("_base")).alias("ratio"),
+            pl.when(relative)
             .then((pl.col("median") - pl.col("_base")) / pl.col("_base") * 100)
             .alias("diff_pct"),
         )
@@ -179,8 +200,10 @@ def _step_table(
 def compare_runs(runs: dict[str, Analysis]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(summary, per-step) comparison tables in long form, differences against the first run.
 
-    summary: ``path, attribution, metric, run, n_steps, median, p10, p90, run_order, diff,
-    ratio, diff_pct, phase_order`` (rows in execution order);
+    summary: ``path, attribution, metric, run, n_steps, median, p10, p90, run_order,
+    pct_floor, diff, ratio, diff_pct, phase_order`` (rows in execution order; ``ratio`` and
+    ``diff_pct`` null where the first run's median is below ``pct_floor``, see
+    :data:`PCT_FLOORS`);
     steps: ``step, path, attribution, metric, run, value, diff`` for steps every run has.
     Runs without step ranges are compared over the whole capture (``n_steps`` null, ``steps``
     empty). Raises :class:`~analysis.errors.WorkloadInputError` when the runs cannot be compared.

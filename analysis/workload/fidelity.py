@@ -36,6 +36,13 @@ from analysis.model import WINDOW, Analysis
 MIN_SCORED_S = 0.001
 """Logged stage times below this (seconds) are reported but not scored in the overall accuracy."""
 
+SAME_RUN_MIN_ACCURACY_PCT = 50.0
+"""Under this overall accuracy the log and the trace look like different runs (one run scores
+~99%: VeRL's timers and its NVTX ranges wrap the same code)."""
+SAME_RUN_MAX_TIME_RATIO = 2.0
+"""The median of trace ÷ logged time over the scored pairs beyond this factor either way: the
+two look like different runs (other hardware, model or batch)."""
+
 STAGES = (
     "gen",
     "reward",
@@ -237,7 +244,77 @@ def compare_with_log(analysis: Analysis, log: pl.DataFrame) -> tuple[pl.DataFram
         "cut_pairs": cut_pairs,
         "missing_in_trace": [[r["step"], r["stage"]] for r in missing.iter_rows(named=True)],
     }
+    summary["same_run"] = same_run_check(
+        traced["trace_step"].to_list(),
+        logged["step"].to_list(),
+        alignment["pairs"],
+        scored,
+        cast("float | None", summary["overall_accuracy_pct"]),
+    )
     return rows_out, summary
+
+
+def same_run_check(
+    trace_steps: list[int],
+    logged_steps: list[int],
+    pairs: list[list[int]],
+    scored: pl.DataFrame,
+    overall_accuracy_pct: float | None,
+) -> dict:
+    """Whether the log and the trace look like different runs, and why.
+
+    Signs (each a ``reasons`` entry): the trace holds steps the log has no timers for (the log
+    may time more steps than a capture holds: a capture of some steps is normal, and only
+    noted); overall accuracy under :data:`SAME_RUN_MIN_ACCURACY_PCT`; the median of trace ÷
+    logged time over the scored pairs beyond :data:`SAME_RUN_MAX_TIME_RATIO` either way.
+    """
+    from analysis.run.select import steps_text
+
+    trace, logged = sorted(set(trace_steps)), sorted(set(logged_steps))
+    unpaired = sorted(set(trace) - {t for t, _ in pairs})
+    ratio = (
+        float(cast(float, (scored["trace_s"] / scored["logged_s"]).median()))
+        if scored.height
+        else None
+    )
+    reasons = []
+    if unpaired:
+        reasons.append(
+            f"the trace has {len(trace)} step(s), the log times {len(logged)}: trace step(s) "
+            f"{steps_text(unpaired)} have no timers in the log"
+        )
+    if overall_accuracy_pct is not None and overall_accuracy_pct < SAME_RUN_MIN_ACCURACY_PCT:
+        reasons.append(
+            f"overall accuracy {overall_accuracy_pct:.2f}% (under {SAME_RUN_MIN_ACCURACY_PCT:g}%)"
+        )
+    limit = SAME_RUN_MAX_TIME_RATIO
+    if ratio is not None and not 1 / limit <= ratio <= limit:
+        reasons.append(
+            f"the trace's times are {ratio:.3g}× the log's (median over {scored.height} "
+            f"pairs; one run gives about 1×, the limit is {limit:g}× either way)"
+        )
+    note = None
+    if not unpaired and len(logged) > len(trace):
+        note = (
+            f"the log times {len(logged)} steps, the trace holds {len(trace)}: only the steps "
+            "in both are compared"
+        )
+    return {
+        "different_runs": bool(reasons),
+        "reasons": reasons,
+        "n_trace_steps": len(trace),
+        "n_logged_steps": len(logged),
+        "median_time_ratio": ratio,
+        "note": note,
+    }
+
+
+def mismatch_warning(summary: dict) -> str | None:
+    """The one-line warning when the log and the trace look like different runs (else None)."""
+    check = summary.get("same_run") or {}
+    if not check.get("different_runs"):
+        return None
+    return "the log and the trace look like different runs: " + "; ".join(check["reasons"])
 
 
 def _pair_list(pairs: list[list]) -> str:
@@ -245,9 +322,14 @@ def _pair_list(pairs: list[list]) -> str:
     return ", ".join(f"step {step} {stage}" for step, stage in pairs)
 
 
-def to_markdown(summary: dict) -> str:
-    """The per-stage table and the overall accuracy."""
-    lines = [
+def to_markdown(summary: dict, *, warning: bool = True) -> str:
+    """The per-stage table and the overall accuracy.
+
+    ``warning``: start with :func:`mismatch_warning`'s line, when there is one.
+    """
+    mismatch = mismatch_warning(summary) if warning else None
+    lines = [f"**Warning:** {mismatch[0].upper()}{mismatch[1:]}.", ""] if mismatch else []
+    lines += [
         "| stage | steps | logged s (mean) | trace s (mean) | error % (mean) | |error| % | accuracy % |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -290,4 +372,7 @@ def to_markdown(summary: dict) -> str:
     alignment = summary.get("step_alignment")
     if alignment and alignment["mode"] == "order":
         lines += ["", f"Note: {alignment['note']}."]
+    same_run = summary.get("same_run") or {}
+    if same_run.get("note"):
+        lines += ["", f"Note: {same_run['note']}."]
     return "\n".join(lines) + "\n"

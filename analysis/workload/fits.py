@@ -43,17 +43,109 @@ def _scipy() -> Any:
     return stats
 
 
-def fit_lognorm(values: np.ndarray) -> dict:
-    """Scipy's lognorm fit with its one-sample KS statistic and p-value."""
+#: below this shape (σ) a lognormal has collapsed into a normal curve: loc → −∞, scale → ∞,
+#: loc + scale ≈ the mean (rllm's outputs: σ 1.3e-5, loc −3.9e8); sampled, it goes negative
+SIGMA_FLOOR = 1e-3
+#: loc may lie at most this many data ranges (max − min) below the smallest value
+LOC_MAX_RANGES = 10.0
+#: the most a fitted CDF may miss the data's anywhere (one-sample KS statistic); PolyTrace's
+#: own published fits reach 0.20
+KS_MAX = 0.3
+
+
+def lognorm_problems(values: np.ndarray, params: list[float], ks: float) -> list[str]:
+    """Why a lognormal fit ``[shape, loc, scale]`` of ``values`` is degenerate (empty: it is not).
+
+    Refused: a non-finite parameter or KS statistic, shape or scale ≤ 0, shape under
+    :data:`SIGMA_FLOOR`, loc not below the smallest value (the data outside its support) or more
+    than :data:`LOC_MAX_RANGES` data ranges below it, a KS statistic over :data:`KS_MAX`.
+    """
+    shape, loc, scale = params
+    if not np.isfinite([shape, loc, scale, ks]).all():
+        return ["a non-finite parameter or KS statistic"]
+    problems = []
+    if shape <= 0 or scale <= 0:
+        problems.append(f"shape {shape:.3g} and scale {scale:.3g} must be > 0")
+    elif shape < SIGMA_FLOOR:
+        problems.append(
+            f"sigma {shape:.2g} under the {SIGMA_FLOOR:g} floor, a normal curve in lognormal form"
+        )
+    low, high = float(values.min()), float(values.max())
+    if loc >= low:
+        problems.append(f"loc {loc:.4g} not below the smallest length {low:,.0f}")
+    elif loc < low - LOC_MAX_RANGES * max(high - low, 1.0):
+        problems.append(
+            f"loc {loc:.3g} more than {LOC_MAX_RANGES:g}× the data's range "
+            f"({low:,.0f}–{high:,.0f}) below its smallest value"
+        )
+    if ks > KS_MAX:
+        problems.append(f"KS statistic {ks:.3f} over {KS_MAX:g}")
+    return problems
+
+
+def _lognorm(values: np.ndarray, **fixed: float) -> dict:
+    """Scipy's lognorm fit (``fixed``: e.g. ``floc=0``) with its one-sample KS statistic."""
     stats = _scipy()
-    params = stats.lognorm.fit(values)
-    ks = stats.kstest(values, "lognorm", args=params)
+    params = [float(p) for p in stats.lognorm.fit(values, **fixed)]
+    ks = stats.kstest(values, "lognorm", args=tuple(params))
     return {
         "type": "lognorm",
-        "parameters": [float(p) for p in params],
+        "parameters": params,
         "ks_statistic": float(ks.statistic),
         "ks_p_value": float(ks.pvalue),
     }
+
+
+def fit_lognorm(values: np.ndarray) -> dict:
+    """Scipy's lognorm fit with its one-sample KS statistic and p-value, degenerate fits refused.
+
+    A fit with :func:`lognorm_problems` is not written as the distribution: it goes under
+    ``refused`` (parameters, KS, ``reason``) and the two-parameter fit (loc fixed at 0) is
+    tried instead; when that is degenerate too, ``parameters`` (and KS) are null and
+    ``refused`` lists both. :func:`refused_fit_lines` says what happened in one line.
+    """
+    values = np.asarray(values, dtype=float)
+    first = _lognorm(values)
+    problems = lognorm_problems(values, first["parameters"], first["ks_statistic"])
+    if not problems:
+        return first
+    refused = [{**first, "reason": "; ".join(problems)}]
+    second = _lognorm(values, floc=0.0)
+    problems = lognorm_problems(values, second["parameters"], second["ks_statistic"])
+    if not problems:
+        return {**second, "loc_fixed": 0.0, "refused": refused}
+    refused.append({**second, "loc_fixed": 0.0, "reason": "; ".join(problems)})
+    return {
+        "type": "lognorm",
+        "parameters": None,
+        "ks_statistic": None,
+        "ks_p_value": None,
+        "refused": refused,
+    }
+
+
+def refused_fit_lines(task: dict) -> list[str]:
+    """One line per marginal of a fitted task whose lognormal fit was refused, with why."""
+    lines = []
+    for side in ("input", "output"):
+        fit = task.get(f"{side}_distribution") or {}
+        refused = fit.get("refused") or []
+        if not refused:
+            continue
+        line = f"{side} lengths: lognormal fit refused: {refused[0]['reason']}"
+        if fit.get("parameters") is not None:
+            line += (
+                f". Wrote the fit with loc fixed at 0 instead (sigma "
+                f"{fit['parameters'][0]:.3g}, scale {fit['parameters'][2]:.4g}, KS "
+                f"{fit['ks_statistic']:.3f})"
+            )
+        else:
+            line += (
+                f". The fit with loc fixed at 0 is refused too: {refused[-1]['reason']}. No "
+                f"{side} distribution written (parameters null)"
+            )
+        lines.append(line)
+    return lines
 
 
 def fit_gmm(pairs: np.ndarray, *, max_components: int = 4, seed: int = 0) -> dict:

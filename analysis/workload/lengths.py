@@ -10,8 +10,10 @@ Layouts (read as they are, so PolyTrace's published traces work too):
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import polars as pl
 
@@ -142,17 +144,101 @@ def read_reward_timings(paths: Sequence[str | Path]) -> pl.DataFrame | None:
     return pl.concat(frames).sort("step", "rank")
 
 
+#: the share of responses that must sit at the longest length for it to count as the cap
+CAP_MIN_SHARE = 0.01
+#: and how many of them at least (one response is 1% of 100: chance, not a cap)
+CAP_MIN_COUNT = 2
+
+
+@dataclass(frozen=True)
+class CapChoice:
+    """The rollout's max response length the statistics use, and where it comes from.
+
+    ``source``: ``"given"`` (``--cap``), ``"inferred"`` (at least :data:`CAP_MIN_SHARE` of the
+    responses, and :data:`CAP_MIN_COUNT`, share the longest length: generation stopped there) or
+    None (no cap: none given, none inferred). ``longest``, ``n_at_longest`` and ``n_responses``
+    describe the responses it was judged on (validation rollouts left out, as in the statistics).
+    """
+
+    value: int | None
+    source: str | None
+    longest: int | None
+    n_at_longest: int
+    n_responses: int
+
+    @property
+    def share_at_longest(self) -> float | None:
+        """The share of responses at the longest length (None without responses)."""
+        return self.n_at_longest / self.n_responses if self.n_responses else None
+
+    @property
+    def label(self) -> str | None:
+        """``cap_source`` in the tables: ``given`` or ``inferred: 15.0% of responses at …``."""
+        if self.source == "inferred":
+            return f"inferred: {self.share_at_longest:.1%} of responses at the maximum"
+        return self.source
+
+    def text(self) -> str:
+        """One line for the terminal and notes: what the "at cap" column means here."""
+        if self.value is not None:
+            return f"cap {self.value} ({self.label})"
+        if self.longest is None:
+            return "no cap: none given and no responses"
+        share = self.share_at_longest or 0.0
+        return (
+            f'no cap ("at cap" left blank): none given (--cap), and the longest response '
+            f"({self.longest:,} tokens) is {self.n_at_longest:,} of {self.n_responses:,} "
+            f"({share:.2%}), under the {CAP_MIN_SHARE:.0%} (and {CAP_MIN_COUNT} responses) "
+            "that marks a cap"
+        )
+
+
+def resolve_cap(
+    responses: pl.DataFrame, cap: int | None = None, *, validate: bool = False
+) -> CapChoice:
+    """The cap to use: ``cap`` when given, else inferred from the responses (see CapChoice).
+
+    A rollout stops every response at its max length, so a real cap shows as a pile-up at the
+    longest length (13–27% of rllm's responses sit at 16,000); uncapped lengths have one or two
+    responses at their maximum. ``validate``: judge on validation rollouts too.
+    """
+    rows = responses if validate else responses.filter(~pl.col("validate"))
+    lengths = rows["output_len"].drop_nulls()
+    longest = cast("int | None", lengths.max()) if lengths.len() else None
+    n_at = int((lengths == longest).sum()) if longest is not None else 0
+    piled_up = n_at >= CAP_MIN_COUNT and n_at >= CAP_MIN_SHARE * rows.height
+    source = "given" if cap is not None else "inferred" if piled_up else None
+    if cap is None and piled_up:
+        cap = longest
+    return CapChoice(
+        value=None if cap is None else int(cap),
+        source=source,
+        longest=longest,
+        n_at_longest=n_at,
+        n_responses=rows.height,
+    )
+
+
 def length_stats(
-    responses: pl.DataFrame, *, cap: int | None = None, validate: bool = False
+    responses: pl.DataFrame, *, cap: int | CapChoice | None = None, validate: bool = False
 ) -> pl.DataFrame:
     """Per-step statistics of response length.
 
     Count, mean, p50, p90, p99, max, max/mean, coefficient of variation, and the fraction at the
-    length cap (``cap``: the rollout's max response length; null when unknown). Percentiles are
-    linear-interpolated (numpy's default). Validation rollouts are left out unless ``validate``.
+    length cap (``frac_at_cap``: responses at or over ``cap``, the rollout's max response length;
+    without one it is inferred by :func:`resolve_cap`, and null where there is none), with the
+    cap used (``cap``) and where it came from (``cap_source``: ``given`` or ``inferred: …``).
+    Percentiles are linear-interpolated (numpy's default). Validation rollouts are left out
+    unless ``validate``.
     """
     rows = responses if validate else responses.filter(~pl.col("validate"))
+    choice = cap if isinstance(cap, CapChoice) else resolve_cap(rows, cap, validate=True)
     length = pl.col("output_len").cast(pl.Float64)
+    at_cap = (
+        (pl.col("output_len") >= choice.value).mean()
+        if choice.value is not None
+        else pl.lit(None, dtype=pl.Float64)
+    )
     return (
         rows.group_by("step")
         .agg(
@@ -163,14 +249,55 @@ def length_stats(
             length.quantile(0.99, "linear").alias("p99"),
             pl.col("output_len").max().alias("max"),
             (length.std(ddof=0) / length.mean()).alias("cv"),
-            ((pl.col("output_len") >= cap).mean() if cap else pl.lit(None, dtype=pl.Float64)).alias(
-                "frac_at_cap"
-            ),
+            at_cap.alias("frac_at_cap"),
             pl.col("output_len").sum().alias("tokens"),
         )
-        .with_columns((pl.col("max") / pl.col("mean")).alias("max_over_mean"))
+        .with_columns(
+            (pl.col("max") / pl.col("mean")).alias("max_over_mean"),
+            pl.lit(choice.value, dtype=pl.Int64).alias("cap"),
+            pl.lit(choice.label, dtype=pl.String).alias("cap_source"),
+        )
         .sort("step")
     )
+
+
+def step_coverage(
+    length_steps: Iterable[int], run_steps: Iterable[int], *, selected: bool = False
+) -> list[str]:
+    """Warnings, naming the steps, where length records and a run's steps do not match.
+
+    Length records of steps the run lacks have no generation to join (no straggler p90 tail,
+    no energy per token); run steps without records have no lengths. ``selected``: the run's
+    steps are a ``--steps`` selection (said in the warning). Steps counted differently (the
+    run's payload-less step ranges numbered 0, 1, … against VeRL's 1, 2, …) are pointed out.
+    """
+    from analysis.run.select import steps_text
+
+    have, run = sorted(set(length_steps)), sorted(set(run_steps))
+    extra = [s for s in have if s not in set(run)]
+    lacking = [s for s in run if s not in set(have)]
+    scope = "selected steps" if selected else "steps"
+    warnings = []
+    if extra:
+        shift = have[0] - run[0] if run and len(have) == len(run) else 0
+        hint = (
+            f"; they are the run's steps shifted by {shift:+d} (a run whose step ranges carry "
+            "no number is counted from 0 by analyze, VeRL counts from 1): steps are matched "
+            "by number, never shifted"
+            if shift and [s - shift for s in have] == run
+            else ""
+        )
+        warnings.append(
+            f"length records for step(s) {steps_text(extra)} have no step in the run (its "
+            f"{scope}: {steps_text(run) or 'none'}): no straggler p90 tail or energy per "
+            f"token for them{hint}"
+        )
+    if lacking:
+        warnings.append(
+            f"the run's step(s) {steps_text(lacking)} have no length records (records for "
+            f"steps {steps_text(have)}): no lengths, p90 tail or energy per token for them"
+        )
+    return warnings
 
 
 def drift(stats: pl.DataFrame) -> pl.DataFrame:

@@ -11,10 +11,13 @@ finishes at ``p90 / max`` of the generation time and the rest serves the longest
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
 
 from analysis.energy.samples import PowerData, cumulative_energy, energy_at
 from analysis.model import PROJECTION, WINDOW, Analysis
+from analysis.workload.lengths import CapChoice, length_stats, resolve_cap, step_coverage
 
 GENERATION_PHASES = ("generate_sequences", "generation")
 
@@ -138,4 +141,47 @@ def energy_per_token(analysis: Analysis, lengths_stats: pl.DataFrame) -> pl.Data
         )
         .drop("_has")
         .sort("step")
+    )
+
+
+@dataclass(frozen=True)
+class RunLengths:
+    """A run's response-length tables, computed once for ``lengths analyze --run`` and ``report``.
+
+    ``stats``: :func:`~analysis.workload.lengths.length_stats` with ``cap`` (given or inferred);
+    ``tails``: :func:`generation_tails`; ``energy``: :func:`energy_per_token`; ``warnings``: one
+    line each where the records' steps and the run's do not match
+    (:func:`~analysis.workload.lengths.step_coverage`).
+    """
+
+    stats: pl.DataFrame
+    cap: CapChoice
+    tails: pl.DataFrame
+    energy: pl.DataFrame
+    warnings: list[str]
+
+
+def run_lengths(
+    analysis: Analysis, responses: pl.DataFrame, cap: int | CapChoice | None = None
+) -> RunLengths:
+    """The length statistics of ``responses`` joined to ``analysis``'s steps (see RunLengths).
+
+    ``cap``: the rollout's max response length, or None to infer it
+    (:func:`~analysis.workload.lengths.resolve_cap`).
+    """
+    from analysis.run.select import available_steps
+
+    choice = cap if isinstance(cap, CapChoice) else resolve_cap(responses, cap)
+    stats = length_stats(responses, cap=choice)
+    warnings = step_coverage(
+        stats["step"].to_list(),
+        available_steps(analysis),
+        selected=analysis.summary.selection is not None,
+    )
+    return RunLengths(
+        stats=stats,
+        cap=choice,
+        tails=generation_tails(analysis, stats),
+        energy=energy_per_token(analysis, stats),
+        warnings=warnings,
     )

@@ -10,8 +10,10 @@ writes JSON lines ``{"step": 3, "data": {...}}`` with orjson, which writes NaN a
 flat ``{"step": 3, "key": value, …}`` object is read too. Text is only matched and
 ``json.loads``-ed, never evaluated.
 
-Timers are ``timing_s/<stage>`` (older releases: ``timing/<stage>``; where a step has both,
-``timing_s/`` wins). Phases are the one-level stages; not phases, and kept in the steps table,
+Timers are ``timing_s/<stage>`` (VeRL 0.1: ``timing/<stage>``, printed ``f"{k}:{v:.3f}"``, and no
+``step`` timer; where a step has both prefixes, ``timing_s/`` wins). A step without a ``step`` timer
+gets the sum of its phase timers as its time (:data:`SUMMED`): the time between stages is then not
+seen. Phases are the one-level stages; not phases, and kept in the steps table,
 are the stages VeRL 0.9.1 times outside ``step`` (``testing``, ``start_profile``,
 ``stop_profile``), the rollout worker's timers nested inside ``gen`` in older releases
 (``generate_sequences``, ``reshard``) and every deeper key (``timing_s/agent_loop/...``).
@@ -64,7 +66,12 @@ LOG_SCHEMA = {
     "position": pl.Int64,
     "value": pl.Float64,
 }
+#: the columns a ``phase_times.csv`` must have (``whatif`` reads it); the step's time is phase ``step``
 PHASE_TIMES_SCHEMA = {"step": pl.Int64, "phase": pl.String, "seconds": pl.Float64}
+#: what ``logs`` writes: also ``source``, the logged key of each value, or :data:`SUMMED`
+PHASE_TIMES_COLUMNS = {**PHASE_TIMES_SCHEMA, "source": pl.String}
+#: ``source`` of a step's time that no step timer gave: the sum of its phase timers
+SUMMED = "sum of stage timers"
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _STEP_START = re.compile(r"(?<![\w/.@-])step:(\d+) - ")
@@ -225,28 +232,46 @@ def ordered_phases(times: pl.DataFrame) -> list[str]:
     return phase_order(times.with_columns(pl.int_range(pl.len()).over("step").alias("position")))
 
 
-def _in_order(frame: pl.DataFrame, names: list[str], *first: str) -> pl.DataFrame:
+def in_order(frame: pl.DataFrame, names: list[str], *first: str) -> pl.DataFrame:
     """``frame`` sorted by ``first`` columns, then by the place of its ``phase`` in ``names``."""
     order = pl.DataFrame({"phase": names}, schema={"phase": pl.String}).with_row_index("_order")
     return frame.join(order, on="phase").sort(*first, "_order").drop("_order")
 
 
 def phase_times(values: pl.DataFrame) -> pl.DataFrame:
-    """``step, phase, seconds`` (:data:`PHASE_TIMES_SCHEMA`) from :func:`latest_values`' rows.
+    """``step, phase, seconds, source`` (:data:`PHASE_TIMES_COLUMNS`) from :func:`latest_values`.
 
-    Ordered by step, then phases in execution order with ``step`` (the whole step) last.
+    Every step has a ``step`` row: its step timer, else the sum of its phase timers (``source``
+    :data:`SUMMED`). Ordered by step, then phases in execution order, ``step`` last.
     """
-    timers = (
+    ranked = (
         _timers(values)
         .filter(pl.col("value").is_not_null())
         .sort("step", "phase", "prefix_rank")
         .unique(["step", "phase"], keep="first", maintain_order=True)
     )
-    return (
-        _in_order(timers, phase_order(timers), "step")
-        .select("step", "phase", pl.col("value").alias("seconds"))
-        .cast(PHASE_TIMES_SCHEMA)  # type: ignore[arg-type]
+    order = [*(p for p in phase_order(ranked) if p != STEP), STEP]
+    timers = ranked.select(
+        "step", "phase", pl.col("value").alias("seconds"), pl.col("key").alias("source")
     )
+    stages = timers.filter(pl.col("phase") != STEP)
+    summed = (
+        stages.group_by("step")
+        .agg(pl.col("seconds").sum())
+        .join(timers.filter(pl.col("phase") == STEP), on="step", how="anti")
+        .select("step", pl.lit(STEP).alias("phase"), "seconds", pl.lit(SUMMED).alias("source"))
+    )
+    return in_order(pl.concat([timers, summed]), order, "step").cast(
+        PHASE_TIMES_COLUMNS  # type: ignore[arg-type]
+    )
+
+
+def summed_steps(times: pl.DataFrame) -> list[int]:
+    """The steps of :func:`phase_times` whose time is the sum of their phases (no step timer)."""
+    if "source" not in times.columns:
+        return []
+    rows = times.filter((pl.col("phase") == STEP) & (pl.col("source") == SUMMED))
+    return sorted(rows["step"].to_list())
 
 
 def steps_table(values: pl.DataFrame, times: pl.DataFrame) -> pl.DataFrame:
@@ -276,24 +301,26 @@ def steps_table(values: pl.DataFrame, times: pl.DataFrame) -> pl.DataFrame:
 
 
 def step_totals(times: pl.DataFrame) -> pl.DataFrame:
-    """Per step: ``step_s`` (``timing_s/step``, else the phases' sum), ``timed_s``, ``other_s``.
+    """Per step: ``step_s`` (its ``step`` row), ``timed_s`` (its phases) and ``other_s``.
 
-    ``other_s`` is the step's time no phase timer covers (never below 0).
+    ``other_s`` is the step's time no phase timer covers (never below 0); null for a step whose
+    time is the sum of its phases (:func:`summed_steps`): there it is not seen.
     """
     timed = (
         times.filter(pl.col("phase") != STEP)
         .group_by("step")
         .agg(pl.col("seconds").sum().alias("timed_s"))
     )
-    whole = times.filter(pl.col("phase") == STEP).select("step", pl.col("seconds").alias("_step"))
+    whole = times.filter(pl.col("phase") == STEP).select("step", pl.col("seconds").alias("step_s"))
+    summed = pl.col("step").is_in(summed_steps(times))
     return (
-        times.select("step")
-        .unique()
-        .join(timed, on="step", how="left")
-        .join(whole, on="step", how="left")
+        whole.join(timed, on="step", how="left")
         .with_columns(pl.col("timed_s").fill_null(0.0))
-        .with_columns(pl.coalesce("_step", "timed_s").alias("step_s"))
-        .with_columns((pl.col("step_s") - pl.col("timed_s")).clip(lower_bound=0.0).alias("other_s"))
+        .with_columns(
+            pl.when(~summed)
+            .then((pl.col("step_s") - pl.col("timed_s")).clip(lower_bound=0.0))
+            .alias("other_s")
+        )
         .select("step", "step_s", "timed_s", "other_s")
         .sort("step")
     )
@@ -305,12 +332,11 @@ def overtimed_steps(times: pl.DataFrame, *, tolerance: float = 0.01) -> list[int
     return totals.filter(pl.col("timed_s") > pl.col("step_s") * (1 + tolerance))["step"].to_list()
 
 
-def _with_other(times: pl.DataFrame) -> pl.DataFrame:
+def with_other(times: pl.DataFrame) -> pl.DataFrame:
     """The phases (no ``step`` row) plus one :data:`OTHER` row per step."""
-    other = step_totals(times).select(
-        "step", pl.lit(OTHER).alias("phase"), pl.col("other_s").alias("seconds")
-    )
-    return pl.concat([times.filter(pl.col("phase") != STEP), other])
+    other = step_totals(times).filter(pl.col("other_s").is_not_null())
+    other = other.select("step", pl.lit(OTHER).alias("phase"), pl.col("other_s").alias("seconds"))
+    return pl.concat([times.filter(pl.col("phase") != STEP).select(other.columns), other])
 
 
 def phase_summary(times: pl.DataFrame) -> pl.DataFrame:
@@ -322,7 +348,7 @@ def phase_summary(times: pl.DataFrame) -> pl.DataFrame:
     totals = step_totals(times)
     total = float(totals["step_s"].sum())
     whole = totals.select("step", pl.lit(STEP).alias("phase"), pl.col("step_s").alias("seconds"))
-    rows = pl.concat([_with_other(times), whole])
+    rows = pl.concat([with_other(times), whole])
     order = [*(p for p in ordered_phases(times) if p != STEP), OTHER, STEP]
     summary = (
         rows.group_by("phase")
@@ -335,53 +361,4 @@ def phase_summary(times: pl.DataFrame) -> pl.DataFrame:
         )
         .cast({"n_steps": pl.Int64, "share": pl.Float64})
     )
-    return _in_order(summary, order)
-
-
-def share_bars(times: pl.DataFrame, *, max_bars: int = 40) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """What the share figure draws, at most ``max_bars`` bars of consecutive steps.
-
-    ``shares``: ``bar, phase, share`` for every bar and phase (the bar's phase seconds over its
-    steps' total; phases in execution order, then :data:`OTHER`; each bar adds up to 1). ``bars``: ``bar, label`` (the step,
-    or ``first–last``), ``n_steps`` and the step time's ``median_s``, ``p10_s``, ``p90_s``.
-    """
-    totals = step_totals(times)
-    n = totals.height
-    binned = totals.with_row_index("_i").with_columns(
-        (pl.col("_i").cast(pl.Int64) * min(max_bars, max(n, 1)) // max(n, 1)).alias("bar")
-    )
-    bars = (
-        binned.group_by("bar")
-        .agg(
-            pl.col("step").min().alias("_first"),
-            pl.col("step").max().alias("_last"),
-            pl.len().alias("n_steps"),
-            pl.col("step_s").sum().alias("_total"),
-            pl.col("step_s").median().alias("median_s"),
-            pl.col("step_s").quantile(0.1, "linear").alias("p10_s"),
-            pl.col("step_s").quantile(0.9, "linear").alias("p90_s"),
-        )
-        .sort("bar")
-        .with_columns(
-            pl.when(pl.col("_first") == pl.col("_last"))
-            .then(pl.col("_first").cast(pl.String))
-            .otherwise(pl.format("{}–{}", "_first", "_last"))
-            .alias("label")
-        )
-    )
-    order = [*(p for p in ordered_phases(times) if p != STEP), OTHER]
-    seconds = (
-        _with_other(times)
-        .join(binned.select("step", "bar"), on="step")
-        .group_by("bar", "phase")
-        .agg(pl.col("seconds").sum())
-    )
-    grid = bars.select("bar", "_total").join(pl.DataFrame({"phase": order}), how="cross")
-    shares = _in_order(
-        grid.join(seconds, on=["bar", "phase"], how="left").with_columns(
-            (pl.col("seconds").fill_null(0.0) / pl.col("_total")).alias("share")
-        ),
-        order,
-        "bar",
-    ).select("bar", "phase", "share")
-    return shares, bars.select("bar", "label", "n_steps", "median_s", "p10_s", "p90_s")
+    return in_order(summary, order)

@@ -4,7 +4,8 @@ Every bound is computed from measured phase times, one row per step, bound and v
 (:data:`WHATIF_SCHEMA`), each with its assumption beside it (:data:`ASSUMPTIONS`):
 
 - ``overlap_gen_train``: one-step-off async RL, the generation of step k+1 running while the
-  rest of step k trains; on separate GPUs, or on the same GPUs time-sliced;
+  rest of step k trains, as a pipeline with its fill and drain (:data:`OVERLAP_FORMULA`); on
+  separate GPUs, or on the same GPUs time-sliced;
 - ``no_straggler_tail``: every rank's generation ending when the p50 (p90) rank's did, or
   decoding stopping when the p90 response finished (length records);
 - ``balanced_dp``: per phase, every GPU as busy as the mean GPU;
@@ -22,7 +23,11 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from analysis.workload.verl_logs import PHASE_TIMES_SCHEMA
+from analysis.workload.whatif_pipeline import OVERLAP_FORMULA, pipeline, slot_note
 from nvtx_phases.naming import STEP
+
+__all__ = ["OVERLAP_FORMULA", "PHASE_TIMES_SCHEMA"]  # re-exported
 
 GEN = "gen"
 OVERLAP, TAIL, BALANCED, TRANSITION = (
@@ -43,8 +48,11 @@ WHATIF_SCHEMA = {
     "energy_saving_j": pl.Float64,
     "assumption": pl.String,
 }
-#: the columns of a ``phase_times.csv`` (``nvtx-phases logs``); the step's own time is phase ``step``
-PHASE_TIMES_SCHEMA = {"step": pl.Int64, "phase": pl.String, "seconds": pl.Float64}
+NO_BUSY = "no per-GPU busy time in this step"
+NO_STEP_TIMER = (
+    "no step timer logged for this step: its time is the sum of its stage timers, so the time "
+    "between stages is not seen"
+)
 #: ``balanced_dp``'s step-level variant (its other variants are the step's phases)
 WHOLE_STEP = "whole_step"
 _REST = "rest = the step's wall − its gen (training, reward, weight sync, transitions)"
@@ -54,16 +62,15 @@ _NO_TAIL = (
 )
 ASSUMPTIONS: dict[tuple[str, str], str] = {
     (OVERLAP, "separate_gpus"): (
-        "one-step-off async RL on separate GPUs: step k takes max(gen of step k+1, rest of step "
-        f"k), {_REST}; each side keeps its measured time on its own GPUs (splitting them slows "
-        "neither; the extra GPUs' energy is not counted); the last step uses its own gen; steady "
-        "state (no pipeline fill or drain), the one-step policy lag not modelled"
+        f"one-step-off async RL on separate GPUs, as a pipeline: {OVERLAP_FORMULA}; {_REST}; "
+        "each side keeps its measured time on its own GPUs (splitting them slows neither; the "
+        "extra GPUs' energy is not counted); the one-step policy lag not modelled"
     ),
     (OVERLAP, "shared_gpus"): (
-        "one-step-off async RL on the same GPUs, time-sliced: step k takes max(gen of step k+1, "
-        "rest of step k, the busiest GPU's busy time in both), so the overlap only fills each "
-        f"side's idle GPU time; {_REST}; perfect time slicing, both fit in GPU memory; the last "
-        "step uses its own gen"
+        "one-step-off async RL on the same GPUs, time-sliced: as separate_gpus, each slot also "
+        "at least the busiest GPU's busy time in both sides (rest of k, gen of k+1), so the "
+        f"overlap only fills each side's idle GPU time; {_REST}; perfect time slicing, both "
+        "fit in GPU memory"
     ),
     (TAIL, "p50_rank"): (
         "every rank's generation ends when the median rank's does (nearest rank: the "
@@ -118,6 +125,8 @@ class WhatIfInputs:
     idle_power_w: float | None
     #: where the phase times come from, in words
     source: str
+    #: steps whose wall is the sum of their phases (a log without a step timer)
+    summed_steps: tuple[int, ...] = ()
 
 
 # --- the bounds ----------------------------------------------------------------------------------
@@ -165,38 +174,28 @@ def _unavailable(steps: pl.DataFrame, bound: str, variant: str, why: str) -> pl.
     return _rows(rows, bound, variant, pl.lit(why))
 
 
-def _no_gen() -> pl.Expr:
-    return pl.when(pl.col("gen_s").is_null()).then(pl.lit("no gen phase in this step"))
-
-
 def overlap_bounds(inp: WhatIfInputs) -> pl.DataFrame:
-    """``overlap_gen_train``: step k with the gen of step k+1 running beside the rest of step k."""
-    steps = _steps(inp.times)
-    following = steps.select((pl.col("step") - 1).alias("step"), pl.col("gen_s").alias("next_s"))
-    s = steps.join(following, on="step", how="left").with_columns(
-        pl.when(pl.col("next_s").is_not_null())
-        .then(pl.col("step") + 1)
-        .otherwise("step")
-        .alias("gen_from"),
-        pl.coalesce("next_s", "gen_s").alias("g"),
-        (pl.col("step_s") - pl.col("gen_s")).alias("rest_s"),
-        pl.col("step_s").alias("measured_s"),
+    """``overlap_gen_train``: the steps as a pipeline, fill and drain included (see ASSUMPTIONS).
+
+    Step k's row: ``fill_s + max(gen of the next step, rest of k)`` (separate GPUs; shared GPUs:
+    also the busiest GPU's busy time in both); the last step has no next gen (drain: its rest).
+    """
+    s = pipeline(_steps(inp.times))
+    separate = s.with_columns(
+        (pl.col("fill_s") + pl.max_horizontal("next_s", "rest_s")).alias("bound_s")
     )
-    separate = s.select(
-        "step", "measured_s", pl.max_horizontal("g", "rest_s").alias("bound_s"), "gen_s"
-    )
-    out = [_rows(separate, OVERLAP, "separate_gpus", _no_gen())]
+    out = [_rows(separate, OVERLAP, "separate_gpus", slot_note())]
     if inp.busy is None:
         why = "needs per-GPU busy time (a trace or an analysis folder)"
-        return pl.concat([*out, _unavailable(steps, OVERLAP, "shared_gpus", why)])
+        return pl.concat([*out, _unavailable(s, OVERLAP, "shared_gpus", why)])
     by_phase = {p: inp.busy.filter(pl.col("phase") == p).drop("phase") for p in (STEP, GEN)}
     busiest = (
-        s.select("step", "gen_from")
+        s.select("step", "next_step")
         .join(by_phase[STEP].rename({"busy_s": "step_busy"}), on="step")
         .join(by_phase[GEN].rename({"busy_s": "own_gen"}), on=["step", "device"], how="left")
         .join(
-            by_phase[GEN].rename({"step": "gen_from", "busy_s": "next_gen"}),
-            on=["gen_from", "device"],
+            by_phase[GEN].rename({"step": "next_step", "busy_s": "next_gen"}),
+            on=["next_step", "device"],
             how="left",
         )
         .group_by("step")
@@ -206,20 +205,10 @@ def overlap_bounds(inp: WhatIfInputs) -> pl.DataFrame:
             .alias("busiest_s")
         )
     )
-    shared = s.join(busiest, on="step", how="left").select(
-        "step",
-        "measured_s",
-        pl.max_horizontal("g", "rest_s", "busiest_s").alias("bound_s"),
-        pl.col("busiest_s").is_null().alias("_no_busy"),
-        "gen_s",
+    shared = s.join(busiest, on="step", how="left").with_columns(
+        (pl.col("fill_s") + pl.max_horizontal("next_s", "rest_s", "busiest_s")).alias("bound_s")
     )
-    note = (
-        pl.when(pl.col("gen_s").is_null())
-        .then(pl.lit("no gen phase in this step"))
-        .when(pl.col("_no_busy"))
-        .then(pl.lit("no per-GPU busy time in this step"))
-    )
-    out.append(_rows(shared, OVERLAP, "shared_gpus", note))
+    out.append(_rows(shared, OVERLAP, "shared_gpus", slot_note(NO_BUSY)))
     return pl.concat(out, how="diagonal")
 
 
@@ -291,7 +280,7 @@ def balanced_bounds(inp: WhatIfInputs) -> pl.DataFrame:
         pl.col("step_s").alias("measured_s"),
         (pl.col("step_s") - pl.col("cut_s")).alias("bound_s"),
     )
-    why = "no per-GPU busy time in this step"
+    why = NO_BUSY
     return pl.concat(
         [
             _rows(phases, BALANCED, pl.col("variant"), pl.lit(None, pl.String)),
@@ -322,7 +311,8 @@ def transition_bounds(inp: WhatIfInputs) -> pl.DataFrame:
         rows = rows.join(
             inp.gap_energy.rename({"gap_energy_j": "energy_saving_j"}), on="step", how="left"
         )
-    return _rows(rows, TRANSITION, "between_phases", pl.lit(None, pl.String))
+    unseen = pl.col("step").is_in(list(inp.summed_steps))
+    return _rows(rows, TRANSITION, "between_phases", pl.when(unseen).then(pl.lit(NO_STEP_TIMER)))
 
 
 def whatif_table(inp: WhatIfInputs) -> pl.DataFrame:
