@@ -6,9 +6,9 @@ import polars as pl
 import pytest
 from nvtxp_testkit import SAMPLES, SPLIT_SAMPLE, assert_same_analysis, shared_trace
 
+from analysis.aggregate.activity_writer import ActivityWriter
 from analysis.errors import OutputError
 from analysis.run.pipeline import analyze, bucket_edges
-from analysis.run.spill import ActivityWriter
 
 
 @pytest.mark.parametrize(

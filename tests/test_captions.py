@@ -17,8 +17,12 @@ from typer.testing import CliRunner
 import analysis.render.figures as figures
 from analysis.aggregate.steps import STEP_METRICS
 from analysis.cli import app
-from analysis.render.captions import FIGURE_CAPTIONS, VERL_LOGS_CAPTIONS, caption_for
-from analysis.render.compare_figures import compare_caption
+from analysis.render.captions import (
+    FIGURE_CAPTIONS,
+    VERL_LOGS_CAPTIONS,
+    caption_for,
+    compare_caption,
+)
 from analysis.render.envelope import power_envelope_figure
 from analysis.render.files import _FIGURE_STEMS
 from analysis.render.report_html import escape_html

@@ -19,7 +19,7 @@ from analysis.aggregate.gpu_metrics import (
     projection_devices,
 )
 from analysis.model import PROJECTION, WINDOW
-from analysis.read.gpu_metrics import (
+from analysis.normalize.gpu_metrics import (
     read_gpu_metrics,
     read_run_gpu_metrics,
     split_metric_name,

@@ -74,3 +74,67 @@ def test_functions_and_modules_stay_small():
                     if length > MAX_FUNCTION_LINES:
                         too_long.append(f"{where}:{node.lineno} {node.name}: {length} lines")
     assert too_long == []
+
+
+def _analysis_import_graph() -> dict[str, set[str]]:
+    """Module → the analysis modules it imports (at module level or inside functions).
+
+    ``from analysis.pkg import name`` counts the submodule ``analysis.pkg.name`` where there is
+    one, else the package; imports under ``if __name__ == "__main__":`` do not count.
+    """
+    modules = {}
+    for path in _modules("analysis"):
+        name = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+        modules[name] = path
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        main_guards = [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)
+        ]
+        guarded = {id(n) for guard in main_guards for n in ast.walk(guard)}
+        for node in ast.walk(tree):
+            if id(node) in guarded:
+                continue
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                subs = {f"{node.module}.{a.name}" for a in node.names} & modules.keys()
+                graph[name] |= subs or ({node.module} & modules.keys())
+            elif isinstance(node, ast.Import):
+                graph[name] |= {a.name for a in node.names} & modules.keys()
+    return graph
+
+
+def test_the_analysis_has_no_import_cycles():
+    graph = _analysis_import_graph()
+    # every module's reach, by depth-first search: a cycle is a module that reaches itself
+    cycles = []
+    for start in graph:
+        seen, stack = set(), list(graph[start])
+        while stack:
+            module = stack.pop()
+            if module == start:
+                cycles.append(start)
+                break
+            if module not in seen:
+                seen.add(module)
+                stack.extend(graph[module])
+    assert cycles == []
+
+
+def test_the_stage_packages_import_one_way():
+    # read < normalize < aggregate < attribute < run: no package imports one above it
+    order = ["read", "normalize", "aggregate", "attribute", "run"]
+    graph = _analysis_import_graph()
+    upward = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if module.split(".")[1:2]
+        and target.split(".")[1:2]
+        and module.split(".")[1] in order
+        and target.split(".")[1] in order
+        and order.index(target.split(".")[1]) > order.index(module.split(".")[1])
+    )
+    assert upward == []

@@ -14,7 +14,7 @@ from PIL import Image
 from rich.console import Console
 
 from analysis.render.compare_figures import FIGSIZE
-from analysis.render.comparison import write_comparison
+from analysis.render.compare_files import write_comparison
 from analysis.render.figures import DPI
 from analysis.render.report import phase_summary, report_tables, to_html, to_markdown, write_report
 from analysis.render.report_findings import what_stands_out

@@ -2,7 +2,7 @@
 
 nsys samples hardware counters (``nsys profile --gpu-metrics-devices``: SM Active, Tensor
 Active, DRAM bandwidth, …) every 100 µs by default, per GPU. This module puts the samples
-(:mod:`analysis.read.gpu_metrics`: ``ts_ns`` on the run's clock, ``device``, ``metric``,
+(:mod:`analysis.normalize.gpu_metrics`: ``ts_ns`` on the run's clock, ``device``, ``metric``,
 ``value``) into the phase table's rows:
 
 - a sample belongs to a row when ``start_ns <= ts_ns < end_ns`` (binary inclusion, as NVIDIA's
@@ -30,7 +30,7 @@ import polars as pl
 from analysis.aggregate.phases import GROUP_KEYS
 from analysis.frames import PolarsDataType
 from analysis.model import PROJECTION
-from analysis.read.gpu_metrics import AVAILABLE_SCHEMA, SAMPLES_SCHEMA
+from analysis.normalize.gpu_metrics import AVAILABLE_SCHEMA, SAMPLES_SCHEMA
 
 #: ``gpu_metrics_per_phase.csv``: one row per (phase row, GPU, metric).
 TABLE_SCHEMA: dict[str, PolarsDataType] = {

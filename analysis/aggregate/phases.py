@@ -27,8 +27,15 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis.attribute.process import PROCESS_COLUMNS
 from analysis.model import PROJECTION
+
+#: the phase-table columns :mod:`analysis.attribute.process` fills (null on window rows)
+PROCESS_COLUMNS = (
+    "process_gpu_ns",
+    "process_gpu_busy_ns",
+    "process_idle_ns",
+    "process_n_devices",
+)
 
 GROUP_KEYS = ["trace", "pid", "step", "path", "phase", "attribution"]
 #: Per-operation sums every range carries (the phase table also has busy, idle and wall time).

@@ -11,7 +11,7 @@ import polars as pl
 from analysis.aggregate.shares import inside_step, step_phase_walls
 from analysis.errors import InputError
 from analysis.model import WINDOW
-from analysis.run.select import parse_steps, steps_text
+from analysis.step_spec import parse_steps, steps_text
 
 MAX_STEP_BARS = 40
 """Beyond this many steps, ``phase_time_per_step`` draws binned steps (their mean), not one bar each."""

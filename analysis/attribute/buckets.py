@@ -18,6 +18,7 @@ import polars as pl
 
 from analysis.aggregate import phases as aggregate
 from analysis.aggregate.activity import gpu_activity
+from analysis.aggregate.activity_writer import ACTIVITY_FILE, ActivityWriter
 from analysis.aggregate.devices import phase_devices
 from analysis.attribute import operations as attribute
 from analysis.attribute.conservation import RunTotals, conservation_warnings
@@ -33,7 +34,6 @@ from analysis.frames import concat_or_empty
 from analysis.model import PROJECTION, THREAD, WINDOW, EnergyTotals, GpuTotals
 from analysis.normalize.events import OPS_SCHEMA
 from analysis.normalize.launches import CALL_COLUMNS
-from analysis.run.spill import ACTIVITY_FILE, ActivityWriter
 
 #: the columns of :attr:`Attributed.ranges` (and ``ranges.parquet``)
 RANGE_COLUMNS = (

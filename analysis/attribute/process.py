@@ -32,13 +32,6 @@ from analysis.attribute.operations import range_segments
 from analysis.frames import PolarsDataType
 
 PROCESS = ["trace", "pid"]
-#: the phase-table columns this module fills (null on window rows)
-PROCESS_COLUMNS = (
-    "process_gpu_ns",
-    "process_gpu_busy_ns",
-    "process_idle_ns",
-    "process_n_devices",
-)
 _BUSY_KEYS: dict[str, PolarsDataType] = {"pseg": pl.Int64, "device": pl.String}
 
 

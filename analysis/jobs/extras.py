@@ -14,7 +14,7 @@ from analysis.jobs.common import Reporter
 if TYPE_CHECKING:
     from analysis.model import Analysis
     from analysis.render.drawing import Drawing
-    from analysis.render.report import Section
+    from analysis.render.report_units import Section
 
 
 def envelope_files(
@@ -58,7 +58,7 @@ def gpu_metrics_files(result: Analysis, out: Path, reporter: Reporter) -> list[P
     Only on a fresh analysis: one read back from a folder lacks the per-operation columns.
     """
     from analysis.aggregate.gpu_metrics import gpu_metrics_per_phase, projection_devices
-    from analysis.read.gpu_metrics import read_run_gpu_metrics
+    from analysis.normalize.gpu_metrics import read_run_gpu_metrics
     from analysis.render.gpu_metrics import write_gpu_metrics_csv
 
     metrics = read_run_gpu_metrics(result.summary.traces)

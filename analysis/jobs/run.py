@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from analysis.attribute.phase_map import PhaseMap
     from analysis.model import Analysis
     from analysis.render.drawing import Drawing
-    from analysis.render.report import Section
+    from analysis.render.report_units import Section
     from analysis.run.load import Engine
 
 from analysis.errors import one_line
@@ -343,7 +343,7 @@ def build_report(
 def _check_detail_syntax(detail_steps: str | None) -> None:
     """A malformed ``--detail-steps`` fails before a long analysis (its steps are checked after)."""
     from analysis.errors import InputError
-    from analysis.run.select import parse_steps
+    from analysis.step_spec import parse_steps
 
     if detail_steps:
         try:
@@ -376,10 +376,10 @@ def compare_to(
 
     ``phase_map``/``all_ranges``/``strip_args`` apply to runs given as traces (a note for each
     analysis folder); ``steps`` to every run (:mod:`analysis.run.select`). Writes
-    :func:`analysis.render.comparison.write_comparison`'s files, ``compare.md`` among them.
+    :func:`analysis.render.compare_files.write_comparison`'s files, ``compare.md`` among them.
     """
-    from analysis.render.comparison import write_comparison
-    from analysis.run.select import parse_steps
+    from analysis.render.compare_files import write_comparison
+    from analysis.step_spec import parse_steps
 
     if steps:
         parse_steps(steps)  # a bad spec fails before any run is analyzed

@@ -187,7 +187,7 @@ def inputs_from_phase_times(
 
 def _spec(steps: list[int]) -> str:
     """``steps`` as a ``--steps`` value without spaces (``2:5,7``)."""
-    from analysis.run.select import steps_text
+    from analysis.step_spec import steps_text
 
     return steps_text(steps).replace(", ", ",")
 
@@ -200,7 +200,7 @@ def select_times(inp: WhatIfInputs, steps: str) -> WhatIfInputs:
     import polars as pl
 
     from analysis.errors import InputError
-    from analysis.run.select import parse_steps
+    from analysis.step_spec import parse_steps
 
     spec = parse_steps(steps)
     have = sorted(inp.times["step"].unique().to_list())

@@ -34,7 +34,7 @@ class LengthsOutputs:
 
 
 def _atomic_text(path: Path, text: str) -> Path:
-    from analysis.render.files import atomic_write
+    from analysis.render.atomic import atomic_write
 
     return atomic_write(path, lambda p: p.write_text(text))
 
@@ -58,7 +58,7 @@ def analyze_lengths(
     are installed, else notes the skip.
     """
     from analysis.errors import MissingDependency
-    from analysis.render.files import atomic_write
+    from analysis.render.atomic import atomic_write
     from analysis.render.length_figures import length_cdf, length_heatmap
     from analysis.workload import lengths as lw
     from analysis.workload.fits import FIT_HINT, missing_fit_dependencies
@@ -113,7 +113,7 @@ def _run_length_files(
 
     Appends to ``warnings`` where the records' steps and the run's do not match.
     """
-    from analysis.render.files import atomic_write
+    from analysis.render.atomic import atomic_write
     from analysis.render.length_figures import straggler_timeline
     from analysis.workload.stragglers import phase_imbalance, run_lengths
 
@@ -162,7 +162,7 @@ def fidelity_to(run: Path, log: Path, out: Path, *, reporter: Reporter = QUIET) 
     The log is read first: a missing one fails before a long analysis. ``summary.md`` starts
     with a warning when the two look like different runs (``summary.json``: ``same_run``).
     """
-    from analysis.render.files import atomic_write
+    from analysis.render.atomic import atomic_write
     from analysis.workload.fidelity import (
         compare_with_log,
         mismatch_warning,

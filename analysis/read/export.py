@@ -300,7 +300,7 @@ _ALWAYS_READ = (
     T.SYSTEM_ENV,
     T.TARGET_GPU,
     # GPU_METRICS is not read here: at 10 kHz × 22 metrics per GPU it can hold 10^8 rows;
-    # analysis.read.gpu_metrics streams the metrics it needs
+    # analysis.normalize.gpu_metrics streams the metrics it needs
 )
 
 

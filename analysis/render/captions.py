@@ -1,7 +1,7 @@
 """One caption per figure: what it shows and how to read it (used under each figure in the report).
 
 :data:`FIGURE_CAPTIONS` holds the figures of ``analyze``/``report`` and ``whatif``; a comparison's
-``compare_<metric>`` figures get :func:`analysis.render.compare_figures.compare_caption` (it
+``compare_<metric>`` figures get :func:`compare_caption` (it
 depends on whether the runs have steps), which :func:`caption_for` returns for those stems too.
 ``nvtx-phases logs`` writes its own ``phase_share`` figure (a different one, from VeRL's
 timers): its caption is :data:`VERL_LOGS_CAPTIONS`. Every figure's drawn numbers are in
@@ -9,6 +9,8 @@ timers): its caption is :data:`VERL_LOGS_CAPTIONS`. Every figure's drawn numbers
 """
 
 from __future__ import annotations
+
+from analysis.aggregate.steps import STEP_METRICS
 
 #: "Phases in execution order, each in its NVTX colour": said once, used in several captions
 _ORDER = "Phases in execution order (first start), each in its NVTX colour"
@@ -107,11 +109,28 @@ def caption_for(stem: str) -> str:
     """The caption of the figure saved as ``stem`` (.png/.svg), or "" when it has none."""
     if stem in FIGURE_CAPTIONS:
         return FIGURE_CAPTIONS[stem]
-    from analysis.aggregate.steps import STEP_METRICS
-
     metric = stem.removeprefix("compare_")
     if stem.startswith("compare_") and metric in STEP_METRICS:
-        from analysis.render.compare_figures import compare_caption  # imports matplotlib
-
         return compare_caption(metric)
     return ""
+
+
+#: phases per panel of a ``compare_<metric>`` figure (the largest; compare.csv has them all)
+MAX_PANEL_PHASES = 20
+
+
+def compare_caption(metric: str, whole_capture: bool = False) -> str:
+    """The caption of ``compare_<metric>``: what it shows and how to read it."""
+    label, unit = STEP_METRICS[metric]
+    spread = (
+        "Each bar is the run's value over the whole capture (no step ranges: no spread)."
+        if whole_capture
+        else "Each bar is the run's median over steps; whiskers span p10–p90 over steps."
+    )
+    return (
+        f"{label[:1].upper() + label[1:]} ({unit}) per phase, one bar per run, phases top to bottom in "
+        f"execution order. {spread} Left: the driver's phases (window scheme: every GPU's work "
+        "inside the phase), with the whole step on its own axis above; right: the workers' "
+        f"ranges (projection scheme: the work they launched). At most {MAX_PANEL_PHASES} "
+        "phases per panel (the largest); compare.csv has them all."
+    )

@@ -20,33 +20,16 @@ from matplotlib.patches import Patch
 
 from analysis.aggregate.steps import STEP_METRICS
 from analysis.model import PROJECTION, WINDOW
+from analysis.render.captions import MAX_PANEL_PHASES
 from analysis.render.figures import plt, save_figure
 
 #: most phases drawn per panel (the largest by the metric); all of them go to the tables
-MAX_PANEL_PHASES = 20
 #: the canvas of every comparison figure (inches)
 FIGSIZE = (7.5, 5.0)
 #: one colour per run, in the runs' order (colour-blind-safe Okabe–Ito)
 RUN_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442")
 #: longest phase label drawn (longer names are cut with …)
 LABEL_CHARS = 30
-
-
-def compare_caption(metric: str, whole_capture: bool = False) -> str:
-    """The caption of ``compare_<metric>``: what it shows and how to read it."""
-    label, unit = STEP_METRICS[metric]
-    spread = (
-        "Each bar is the run's value over the whole capture (no step ranges: no spread)."
-        if whole_capture
-        else "Each bar is the run's median over steps; whiskers span p10–p90 over steps."
-    )
-    return (
-        f"{label[:1].upper() + label[1:]} ({unit}) per phase, one bar per run, phases top to bottom in "
-        f"execution order. {spread} Left: the driver's phases (window scheme: every GPU's work "
-        "inside the phase), with the whole step on its own axis above; right: the workers' "
-        f"ranges (projection scheme: the work they launched). At most {MAX_PANEL_PHASES} "
-        "phases per panel (the largest); compare.csv has them all."
-    )
 
 
 def _largest(rows: pl.DataFrame, max_phases: int) -> tuple[list[str], int]:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.render.compare_figures import compare_caption
+from analysis.render.captions import compare_caption
+from analysis.render.comparison import has_graphs, intro, metric_tables, metric_title
 from analysis.render.report_html import escape_html, html_figure, page
 
 
@@ -34,8 +35,6 @@ def _table(header: list[str], body: list[list[str]]) -> str:
 
 def compare_html(summary: pl.DataFrame, runs: list[str], figures: list[Path]) -> str:
     """The page: intro, then per metric its figure (with caption) and its table."""
-    from analysis.render.comparison import has_graphs, intro, metric_tables, metric_title
-
     e = escape_html
     whole_capture = summary["n_steps"].null_count() == summary.height
     pngs = {p.stem: p for p in figures if p.suffix == ".png"}

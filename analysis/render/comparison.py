@@ -1,7 +1,7 @@
-"""Write a run comparison: compare.csv, compare_steps.csv, compare.md, compare.html, figures.
+"""A run comparison as text: ``compare.md``'s intro and tables.
 
-The tables are :func:`analysis.workload.compare.compare_runs`'s; this module only formats and
-writes them (each file atomically). Per metric, each phase shows every run's median (p10–p90)
+The tables are :func:`analysis.workload.compare.compare_runs`'s; this module only formats them
+(the page and the files: :mod:`analysis.render.compare_files`). Per metric, each phase shows every run's median (p10–p90)
 over steps, the difference to the first run in the metric's unit (percentage points for a
 percentage) and in % of the first run's value where that value is at least the metric's floor
 (:data:`analysis.workload.compare.PCT_FLOORS`, stated once in the intro; below it the % cell
@@ -11,17 +11,13 @@ order. A number that rounds to zero prints as ``0``, never ``-0.000``.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from analysis.aggregate.steps import STEP_METRICS
-from analysis.model import Analysis
-from analysis.render.compare_figures import comparison_figures
-from analysis.render.files import atomic_write
 from analysis.render.report_html import escape_md
-from analysis.workload.compare import FLOOR_TEXT, KEYS, compare_runs
+from analysis.workload.compare import FLOOR_TEXT, KEYS
 
 #: the metrics ``compare.md`` shows, in order (those without a value in any run are left out)
 MARKDOWN_METRICS = tuple(STEP_METRICS)
@@ -195,23 +191,3 @@ def comparison_markdown(summary: pl.DataFrame, labels: list[str]) -> str:
         + "\n\n"
         + to_markdown(summary)
     )
-
-
-def write_comparison(runs: dict[str, Analysis], out: str | Path) -> list[Path]:
-    """compare.csv, compare_steps.csv, compare.md, compare.html and a figure per metric."""
-    from analysis.render.compare_page import compare_html
-
-    out = Path(out)
-    summary, steps = compare_runs(runs)
-    labels = list(runs)
-    text = comparison_markdown(summary, labels)
-    shown = shown_metrics(summary)  # no figure of a metric the pages leave out
-    figures = comparison_figures(summary.filter(pl.col("metric").is_in(shown)), out / "figures")
-    page = compare_html(summary, labels, figures)
-    return [
-        atomic_write(out / "compare.csv", summary.write_csv),
-        atomic_write(out / "compare_steps.csv", steps.write_csv),
-        atomic_write(out / "compare.md", lambda p: p.write_text(text, encoding="utf-8")),
-        atomic_write(out / "compare.html", lambda p: p.write_text(page, encoding="utf-8")),
-        *figures,
-    ]

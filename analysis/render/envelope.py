@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from analysis.frames import int_value
-from analysis.render.files import atomic_write
+from analysis.render.atomic import atomic_write
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

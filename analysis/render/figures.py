@@ -23,7 +23,7 @@ from analysis.aggregate.shares import share_over_steps, step_shares
 from analysis.aggregate.step_stack import OTHER, phase_totals, step_stack
 from analysis.frames import int_value
 from analysis.normalize.devices import device_label
-from analysis.render.files import atomic_write
+from analysis.render.atomic import atomic_write
 from nvtx_phases.naming import phase_color
 
 # Same inputs, same bytes: fixed SVG ids and no creation date, so outputs can be diffed.

@@ -19,8 +19,8 @@ import polars as pl
 
 from analysis.aggregate.steps import PROCESS_COLUMNS, over_steps, step_phase_metrics
 from analysis.model import PROJECTION, WINDOW, Analysis
+from analysis.render.atomic import atomic_write
 from analysis.render.captions import caption_for
-from analysis.render.files import atomic_write
 from analysis.render.report_findings import Finding, what_stands_out
 from analysis.render.report_html import (
     csv_name,
@@ -32,10 +32,9 @@ from analysis.render.report_html import (
     md_table,
     page,
 )
-from analysis.render.report_units import ReportTable, humanize
+from analysis.render.report_units import ReportTable, Section, humanize
 
 #: an extra report section from another module: (title, table in the analysis' own columns)
-Section = tuple[str, pl.DataFrame]
 
 PHASE_TABLE_TITLE = "Phase summary (median and p10–p90 over steps)"
 #: the phase table's columns (from :func:`phase_summary`) and their headers

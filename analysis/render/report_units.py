@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+#: a report section: its title and its table (in the tables' own units)
+Section = tuple[str, pl.DataFrame]
+
 #: what a missing value shows in the report's tables
 MISSING = "—"
 #: most rows a table shows in the report (its CSV has them all)

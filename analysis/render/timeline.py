@@ -24,7 +24,7 @@ import numpy as np
 import polars as pl
 
 from analysis.model import WINDOW, Analysis
-from analysis.render.files import atomic_write
+from analysis.render.atomic import atomic_write
 from analysis.render.timeline_ranges import nest_lanes, timeline_ranges
 
 SPAN_COLUMNS: Final = ("trace", "pid", "device", "stream", "start_ns", "end_ns")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.render.files import atomic_write
+from analysis.render.atomic import atomic_write
 from analysis.workload.whatif import ENERGY_RULE, OVERLAP, OVERLAP_FORMULA, WHOLE_STEP
 
 #: the run-level columns the Markdown table and the CLI show, with their headers

@@ -40,8 +40,8 @@ from analysis.read.export import Export, RawTrace, read_export
 from analysis.read.prefetch import Prefetched, in_threads
 from analysis.run.spill import BATCH_ROWS, DEFAULT_CHUNK_OPS, OpsStore, collect_ops
 
+#: how files are read: one after another, in a process pool, or as Ray tasks
 Engine = Literal["serial", "process", "ray"]
-
 
 #: the columns of :attr:`LoadedTrace.thread_names`
 THREAD_NAMES: dict[str, PolarsDataType] = {

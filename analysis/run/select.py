@@ -25,10 +25,7 @@ selected steps' energy.
 from __future__ import annotations
 
 import dataclasses
-import re
-from collections.abc import Iterable
 from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +36,7 @@ from analysis.aggregate.phases import kernel_partial, kernel_table
 from analysis.errors import InputError
 from analysis.frames import int_value
 from analysis.model import Analysis, GpuTotals, RunSummary
+from analysis.step_spec import StepSpec, parse_steps, steps_text
 
 __all__ = [
     "StepSpec",
@@ -49,7 +47,6 @@ __all__ = [
     "steps_text",
 ]
 
-_ITEM = re.compile(r"^\s*(\d+)?\s*(:)?\s*(\d+)?\s*$")
 #: the GPU activity columns a selection reads
 _NEEDED = (
     "window_step",
@@ -65,61 +62,12 @@ _NEEDED = (
 )
 
 
-@dataclass(frozen=True)
-class StepSpec:
-    """A parsed ``--steps`` value: inclusive ``(first, last)`` ranges, None for an open end."""
-
-    text: str
-    items: tuple[tuple[int | None, int | None], ...]
-
-    def picks(self, steps: Iterable[int]) -> list[int]:
-        """The steps among ``steps`` the spec selects, in increasing order."""
-        return sorted(
-            s
-            for s in set(steps)
-            if any((lo is None or s >= lo) and (hi is None or s <= hi) for lo, hi in self.items)
-        )
-
-    def named(self) -> list[int]:
-        """The single steps the spec names (``N`` items)."""
-        return [lo for lo, hi in self.items if lo is not None and lo == hi]
-
-
-def parse_steps(text: str) -> StepSpec:
-    """Parse a ``--steps`` value; a malformed one is a one-line :class:`InputError`."""
-    items: list[tuple[int | None, int | None]] = []
-    for part in text.split(","):
-        match = _ITEM.match(part)
-        if not part.strip() or match is None or (match[2] is None and match[3] is not None):
-            raise InputError(
-                f"--steps {text!r}: {part.strip()!r} is not a step N, an inclusive range A:B, "
-                "an open range A: or :B, or a comma-separated list of them (e.g. 2:, 1,3,7)"
-            )
-        first = int(match[1]) if match[1] else None
-        last = first if match[2] is None else (int(match[3]) if match[3] else None)
-        if first is not None and last is not None and first > last:
-            raise InputError(f"--steps {text!r}: range {part.strip()} ends before it starts")
-        items.append((first, last))
-    return StepSpec(text.strip(), tuple(items))
-
-
 def available_steps(analysis: Analysis) -> list[int]:
     """The run's step indices: its step windows and the steps its phase rows carry."""
     found = set(analysis.steps["step"].drop_nulls().to_list()) if analysis.steps.height else set()
     if "step" in analysis.phases.columns:
         found |= set(analysis.phases["step"].drop_nulls().to_list())
     return sorted(int(s) for s in found)
-
-
-def steps_text(steps: list[int]) -> str:
-    """Steps as a spec: consecutive runs as ``A:B`` (``1:3, 5``)."""
-    runs: list[list[int]] = []
-    for step in steps:
-        if runs and step == runs[-1][1] + 1:
-            runs[-1][1] = step
-        else:
-            runs.append([step, step])
-    return ", ".join(str(a) if a == b else f"{a}:{b}" for a, b in runs)
 
 
 def select_steps(analysis: Analysis, spec: str | StepSpec) -> Analysis:

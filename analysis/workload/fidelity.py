@@ -268,7 +268,7 @@ def same_run_check(
     noted); overall accuracy under :data:`SAME_RUN_MIN_ACCURACY_PCT`; the median of trace ÷
     logged time over the scored pairs beyond :data:`SAME_RUN_MAX_TIME_RATIO` either way.
     """
-    from analysis.run.select import steps_text
+    from analysis.step_spec import steps_text
 
     trace, logged = sorted(set(trace_steps)), sorted(set(logged_steps))
     unpaired = sorted(set(trace) - {t for t, _ in pairs})

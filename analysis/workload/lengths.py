@@ -271,7 +271,7 @@ def step_coverage(
     steps are a ``--steps`` selection (said in the warning). Steps counted differently (the
     run's payload-less step ranges numbered 0, 1, … against VeRL's 1, 2, …) are pointed out.
     """
-    from analysis.run.select import steps_text
+    from analysis.step_spec import steps_text
 
     have, run = sorted(set(length_steps)), sorted(set(run_steps))
     extra = [s for s in have if s not in set(run)]

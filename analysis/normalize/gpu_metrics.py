@@ -53,7 +53,7 @@ DEFAULT_METRICS = (
 #: Other names nsys versions give a metric → the name used here.
 ALIASES = {"SMs Active": "SM Active"}
 BATCH_ROWS = 1_000_000
-#: One GPU metric sample on the run's clock (what :mod:`analysis.read.gpu_metrics` yields).
+#: One GPU metric sample on the run's clock (what :mod:`analysis.normalize.gpu_metrics` yields).
 SAMPLES_SCHEMA: dict[str, PolarsDataType] = {
     "ts_ns": pl.Int64,
     "device": pl.String,
