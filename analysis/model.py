@@ -29,6 +29,11 @@ ATTRIBUTIONS: Final = (PROJECTION, WINDOW)
 #: id): where a range was marked and where an operation was launched.
 THREAD: Final = ("trace", "gtid")
 
+#: The column (per range, and per phase-table row: any of its ranges) flagging a range that ends
+#: exactly at the end of its file's capture: nsys closed it there, so its duration is not its own
+#: (:func:`analysis.attribute.buckets.mark_cut`).
+CUT: Final = "cut_at_capture_end"
+
 
 @dataclass(frozen=True)
 class TraceInfo:
@@ -285,8 +290,8 @@ class Analysis:
     #: Power samples on the run's clock (``device, t_ns, power_w, energy_mj``), if any.
     power_samples: pl.DataFrame | None = None
     #: One row per phase range (``rid, trace, pid, tid, gtid, name, domain, canonical, path,
-    #: level, step, attribution, start_ns, end_ns``); None when read back from a folder of a
-    #: version that did not write ``ranges.parquet``.
+    #: level, step, attribution, start_ns, end_ns, cut_at_capture_end``); None when read back
+    #: from a folder of a version that did not write ``ranges.parquet``.
     ranges: pl.DataFrame | None = None
     #: Temporary folder owned by this result (removed by :meth:`close`), if any.
     workdir: Path | None = field(default=None, repr=False, compare=False)

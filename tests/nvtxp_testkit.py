@@ -5,7 +5,9 @@ Named uniquely (not ``tests.…``): VeRL 0.9.1 installs a top-level ``tests`` pa
 
 from __future__ import annotations
 
+import csv
 import itertools
+import math
 import os
 import shutil
 from collections.abc import Sequence
@@ -154,3 +156,18 @@ def attribute_run(
         steps=done.steps,
         summary=summary,
     )
+
+
+def brute_quantile(values: list[float], q: float) -> float:
+    """Linear interpolation between order statistics (numpy's default), written out: the
+    independent side of every "median / p10 / p90 over steps" a test checks."""
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    low, high = math.floor(pos), math.ceil(pos)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def csv_rows(path: Path) -> list[dict[str, str]]:
+    """A CSV file's rows as text, with the standard library (no Polars on the checking side)."""
+    with path.open(newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))

@@ -13,19 +13,18 @@ percentage only above the metric's floor.
 
 from __future__ import annotations
 
-import csv
 import gzip
 import json
-import math
 import os
 import re
 import subprocess
 import sys
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 from nvtxp_testkit import REPO, SAMPLES, shared_trace
+from nvtxp_testkit import brute_quantile as quantile
+from nvtxp_testkit import csv_rows as read_rows
 
 VERL_RUN = REPO / "tests" / "data" / "verl_cpu_run" / "verl_grpo.sqlite"
 
@@ -49,29 +48,29 @@ def number(text: str) -> float | None:
     return None if text in ("", "None") else float(text)
 
 
-def read_rows(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
-
-
-def quantile(values: list[float], q: float) -> float:
-    """Linear interpolation between order statistics (numpy's default), written out."""
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q
-    low, high = math.floor(pos), math.ceil(pos)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
 # --- the definitions, brute force over phases.csv -------------------------------------------------
+
+
+def is_step_row(row: dict[str, str]) -> bool:
+    """A ``step`` row, or a row directly inside ``step``, with a step index."""
+    path = row["path"]
+    return row["step"] != "" and (
+        path == "step" or (path.startswith("step/") and path.count("/") == 1)
+    )
 
 
 def step_rows(phases: list[dict[str, str]]) -> tuple[dict, dict]:
     """Per step: (sum of ``step`` range walls, number of step ranges), and per (step, phase) the
-    wall summed over the rows directly inside ``step``."""
+    wall summed over the rows directly inside ``step``. A step with such a row cut at the
+    capture's end (``cut_at_capture_end``: nsys closed the range there) has no true wall time
+    and is left out."""
+    cut = {
+        row["step"] for row in phases if is_step_row(row) and row["cut_at_capture_end"] == "true"
+    }
     steps: dict[int, list[float]] = {}
     inside: dict[tuple[int, str], float] = defaultdict(float)
     for row in phases:
-        if row["step"] == "":
+        if row["step"] == "" or row["step"] in cut:
             continue
         step = int(row["step"])
         if row["path"] == "step":
@@ -237,8 +236,20 @@ def terminal_rows(text: str) -> list[dict[str, str]]:
     return rows
 
 
+def shown(value: float, digits: int, pct: bool = False) -> str:
+    """The display rule (README): exact zero "0"; a nonzero value under the last digit "<0.01";
+    a percentage that is not 100 never "100" (more decimals)."""
+    if value == 0:
+        return "0"
+    if round(value, digits) == 0:
+        return ("-" if value < 0 else "") + "<" + f"{10.0**-digits:.{digits}f}"
+    while pct and value != 100 and round(value, digits) == 100 and digits < 3:
+        digits += 1
+    return f"{value:,.{digits}f}"
+
+
 def ms(ns: str) -> str:
-    return f"{int(ns) / 1e6:,.2f}"
+    return shown(int(ns) / 1e6, 2)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -253,29 +264,29 @@ def test_terminal_table_shows_the_phase_rows(runs, case):
     for row in phases:
         by_key[(row["pid"], row["step"], row["phase"], row["attribution"])].append(row)
     checked = 0
-    for shown in printed:
-        pid = re.search(r"pid (\d+)", shown["group"])[1]
-        scheme = "window" if shown["group"].startswith(("driver", "process")) else "projection"
-        key = (pid, shown["step"], shown["phase"].strip(), scheme)
-        if key not in by_key or shown["phase"].endswith("…"):
+    for cells in printed:
+        pid = re.search(r"pid (\d+)", cells["group"])[1]
+        scheme = "window" if cells["group"].startswith(("driver", "process")) else "projection"
+        key = (pid, cells["step"], cells["phase"].strip(), scheme)
+        if key not in by_key or cells["phase"].endswith("…"):
             continue
-        candidates = [r for r in by_key[key] if ms(r["wall_ns"]) == shown["wall ms"]]
-        assert candidates, (shown, by_key[key])
+        candidates = [r for r in by_key[key] if ms(r["wall_ns"]) == cells["wall ms"]]
+        assert candidates, (cells, by_key[key])
         row = candidates[0]
-        if "kernel ms" in shown and shown["kernel ms"] != "—":
-            assert shown["kernel ms"] == ms(row["kernel_ns"])
-            assert shown["kernels"] == f"{int(row['n_kernels']):,}"
-        if "graph ms" in shown and shown["graph ms"] != "—":
-            assert shown["graph ms"] == ms(row["graph_ns"])
-        if scheme == "window" and shown.get("GPU busy %", "—") != "—":
+        if "kernel ms" in cells and cells["kernel ms"] != "—":
+            assert cells["kernel ms"] == ms(row["kernel_ns"])
+            assert cells["kernels"] == f"{int(row['n_kernels']):,}"
+        if "graph ms" in cells and cells["graph ms"] != "—":
+            assert cells["graph ms"] == ms(row["graph_ns"])
+        if scheme == "window" and cells.get("GPU busy %", "—") != "—":
             busy = 100 * int(row["gpu_busy_ns"]) / (int(row["wall_ns"]) * int(row["n_devices"]))
-            assert shown["GPU busy %"] == f"{busy:.0f}"
-            assert shown["GPU idle ms"] == ms(row["idle_ns"])
-        if scheme == "projection" and shown.get("process GPU busy %", "—") not in ("—", ""):
+            assert cells["GPU busy %"] == shown(busy, 0, pct=True)
+            assert cells["GPU idle ms"] == ms(row["idle_ns"])
+        if scheme == "projection" and cells.get("process GPU busy %", "—") not in ("—", ""):
             devices = int(row["process_n_devices"])
             busy = 100 * int(row["process_gpu_busy_ns"]) / (int(row["wall_ns"]) * devices)
-            assert shown["process GPU busy %"] == f"{busy:.0f}"
-            assert shown["process GPU idle ms"] == ms(row["process_idle_ns"])
+            assert cells["process GPU busy %"] == shown(busy, 0, pct=True)
+            assert cells["process GPU idle ms"] == ms(row["process_idle_ns"])
         checked += 1
     assert checked >= min(10, len(printed))
 

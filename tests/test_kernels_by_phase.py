@@ -371,7 +371,13 @@ def test_report_shows_the_section_from_a_folder_and_copes_without_it(tmp_path):
     assert (
         "| step/gen | window | 105.0 ms | 1 | void cutlass::Kernel\\<gemm_bf16\\>(Params) |" in md
     )
-    (out / "kernels_by_phase.csv").unlink()  # a folder from before the table
-    done = runner.invoke(app, ["report", str(out), "--out", str(tmp_path / "rep2")])
+    (out / "kernels_by_phase.csv").unlink()  # a folder from before the table: computed from
+    done = runner.invoke(app, ["report", str(out), "--out", str(tmp_path / "rep2")])  # activity
     assert done.exit_code == 0, done.output
-    assert "Top kernels per phase" not in (tmp_path / "rep2" / "report.md").read_text()
+    assert (tmp_path / "rep2" / "report.md").read_text().count(
+        "| step/gen | window | 105.0 ms | 1 | void cutlass::Kernel\\<gemm_bf16\\>(Params) |"
+    ) == 1
+    (out / "gpu_activity.parquet").unlink()  # neither table: no section, no error
+    done = runner.invoke(app, ["report", str(out), "--out", str(tmp_path / "rep3")])
+    assert done.exit_code == 0, done.output
+    assert "Top kernels per phase" not in (tmp_path / "rep3" / "report.md").read_text()

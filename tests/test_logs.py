@@ -15,6 +15,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from nvtxp_testkit import brute_quantile
 from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
 
@@ -70,20 +71,40 @@ def test_console_log_phase_times_are_exact():
     assert_frame_equal(times, _expected(CONSOLE_TIMERS))
 
 
-def test_console_log_shares_add_up_to_the_step():
+def _percentiles(values: list[float]) -> tuple[float, float, float]:
+    """p10, median, p90 by linear interpolation (numpy.percentile's default), by hand."""
+    return (brute_quantile(values, 0.1), brute_quantile(values, 0.5), brute_quantile(values, 0.9))
+
+
+def _shares_by_hand(timers: dict[int, list[tuple[str, float]]]) -> dict[str, list[float]]:
+    """Per phase (and other): its share of each step it ran in, in %."""
+    shares: dict[str, list[float]] = {}
+    for pairs in timers.values():
+        seconds = dict(pairs)
+        step = seconds.pop("step")
+        for phase, value in seconds.items():
+            shares.setdefault(phase, []).append(100 * value / step)
+        shares.setdefault(wl.OTHER, []).append(100 * (step - sum(seconds.values())) / step)
+    return shares
+
+
+def test_console_log_share_is_the_median_over_steps_of_each_steps_share():
     times, _ = _tables(CONSOLE)
     summary = wl.phase_summary(times)
-    total = 11.5 + 17.5 + 13.5
-    share = dict(zip(summary["phase"], summary["share"], strict=True))
     assert summary["phase"].to_list() == [
         "gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "save_checkpoint",
         "update_weights", wl.OTHER, "step",
     ]  # fmt: skip
-    assert share["gen"] == pytest.approx((6.25 + 8.0 + 7.0) / total, rel=1e-12)  # 0.5
-    assert share["save_checkpoint"] == pytest.approx(3.0 / total, rel=1e-12)
-    assert share[wl.OTHER] == pytest.approx((0.5 + 0.5 + 0.5) / total, rel=1e-12)
-    assert share["step"] == 1.0
-    assert sum(v for k, v in share.items() if k != "step") == pytest.approx(1.0, rel=1e-12)
+    expected = _shares_by_hand(CONSOLE_TIMERS)
+    for row in summary.iter_rows(named=True):
+        p10, median, p90 = _percentiles(expected.get(row["phase"], [100.0]))
+        got = (row["share_p10_pct"], row["share_median_pct"], row["share_p90_pct"])
+        assert got == pytest.approx((p10, median, p90), rel=1e-12), row["phase"]
+    share = dict(zip(summary["phase"], summary["share_median_pct"], strict=True))
+    # gen: 6.25/11.5, 8/17.5, 7/13.5: the median is step 3's 51.85%, not 21.25/42.5 = 50%
+    assert share["gen"] == pytest.approx(100 * 7.0 / 13.5, rel=1e-12)
+    assert share["save_checkpoint"] == pytest.approx(100 * 3.0 / 17.5, rel=1e-12)  # 1 step
+    assert share["step"] == 100.0
     row = summary.row(summary["phase"].to_list().index("gen"), named=True)
     assert (row["n_steps"], row["median_s"]) == (3, 7.0)
     assert row["p10_s"] == pytest.approx(6.4) and row["p90_s"] == pytest.approx(7.8)
@@ -147,9 +168,10 @@ def test_file_logger_json_lines():
     assert steps["perf/total_num_tokens"].to_list() == [262144.0, 270336.0]
     assert steps["timing_per_token_ms/values"].to_list() == [0.0057, 0.0055]
     assert steps["perf/throughput"][1] == 1251.5555555555557
-    share = dict(wl.phase_summary(times).select("phase", "share").iter_rows())
-    assert share["gen"] == pytest.approx(22 / 52, rel=1e-12)
-    assert share[wl.OTHER] == pytest.approx(1.5 / 52, rel=1e-12)
+    share = dict(wl.phase_summary(times).select("phase", "share_median_pct").iter_rows())
+    # the median of two steps is their mean: gen 10/25 and 12/27, other 1/25 and 0.5/27
+    assert share["gen"] == pytest.approx(100 * (10 / 25 + 12 / 27) / 2, rel=1e-12)
+    assert share[wl.OTHER] == pytest.approx(100 * (1 / 25 + 0.5 / 27) / 2, rel=1e-12)
 
 
 def test_older_timing_form_and_timing_s_precedence(tmp_path):
@@ -278,12 +300,16 @@ def test_cli_end_to_end_and_the_figure_size_does_not_grow(tmp_path):
     result = runner.invoke(app, ["logs", str(CONSOLE), "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "VeRL phase times: 3 steps (1–3)" in result.output
-    assert "50.0%" in result.output and "other (not timed)" in result.output
+    gen = _percentiles(_shares_by_hand(CONSOLE_TIMERS)["gen"])
+    gen_text = [f"{v:.1f}%" for v in gen]  # 46.9%, 51.9%, 53.8%
+    assert "share of step (median over steps)" in result.output
+    assert gen_text[1] in result.output and "other (not timed)" in result.output
     times = pl.read_csv(out / "phase_times.csv", schema=wl.PHASE_TIMES_COLUMNS)
     assert_frame_equal(times.drop("source"), _expected(CONSOLE_TIMERS))
     assert times["source"].to_list() == [f"timing_s/{p}" for p in times["phase"]]
     assert pl.read_csv(out / "steps.csv")["perf/throughput"][0] == 1992.3478260869565
-    assert "| gen | 3 | 7.000 | 6.400–7.800 | 50.0% |" in (out / "phase_summary.md").read_text()
+    row = f"| gen | 3 | 7.000 | 6.400–7.800 | {gen_text[1]} | {gen_text[0]}–{gen_text[2]} |"
+    assert row in (out / "phase_summary.md").read_text()
     small = _png_size(out / "figures" / "phase_share.png")
     assert (out / "figures" / "phase_share.svg").stat().st_size > 10_000
 
@@ -309,8 +335,10 @@ def test_cli_end_to_end_and_the_figure_size_does_not_grow(tmp_path):
     assert first["step_s"].unique().to_list() == [11.0]
     assert first["step_p10_s"].unique().to_list() == pytest.approx([9.4])
     assert first["step_p90_s"].unique().to_list() == pytest.approx([12.6])
-    gen = first.filter(pl.col("phase") == "gen")["share_pct"].item()
-    assert gen == pytest.approx(100 * (6 + 7 + 8 + 9 + 10) / (9 + 10 + 11 + 12 + 13), rel=1e-12)
+    # a bin's bar: the mean of its steps' shares (each step's share is the definition)
+    bin_gen = first.filter(pl.col("phase") == "gen")["share_pct"].item()
+    per_step = [100 * (5 + s % 7) / (8 + s % 7) for s in range(1, 6)]
+    assert bin_gen == pytest.approx(sum(per_step) / 5, rel=1e-12)
 
 
 # --- VeRL 0.1: timing/<stage> keys and no step timer -------------------------------------------

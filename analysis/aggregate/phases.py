@@ -21,13 +21,15 @@ Definitions (also in the README):
   are not split) or are launched inside it (projection).
 - ``process_*`` (projection rows only, null on window rows): the GPU work of the range's whole
   process inside its interval, every thread (see :mod:`analysis.attribute.process`).
+- ``cut_at_capture_end``: a range of the row ends exactly at the end of its file's capture
+  (:func:`analysis.attribute.buckets.mark_cut`): its wall time is not the range's own.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-from analysis.model import PROJECTION
+from analysis.model import CUT, PROJECTION
 
 #: the phase-table columns :mod:`analysis.attribute.process` fills (null on window rows)
 PROCESS_COLUMNS = (
@@ -64,7 +66,7 @@ PHASE_TABLE_COLUMNS = (
     *("n_devices", "gpu_start_ns", "gpu_end_ns"),
     *PROCESS_COLUMNS,
     *("energy_j", "avg_power_w", "peak_power_w", "energy_above_idle_j", "gap_energy_j"),
-    *("energy_samples", "below_sampling_interval"),
+    *("energy_samples", "below_sampling_interval", CUT),
 )
 
 
@@ -213,6 +215,8 @@ def window_metrics(
 
 def phase_table(phases: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
     """One row per (trace, pid, step, path, phase, attribution), instances of a path summed."""
+    if CUT not in phases.columns:  # ranges not marked (no capture end known): none is cut
+        phases = phases.with_columns(pl.lit(False).alias(CUT))
     rows = (
         phases.join(metrics, on="rid", how="left")
         .with_columns(
@@ -258,6 +262,7 @@ def phase_table(phases: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
             pl.when(pl.col("below_sampling_interval").is_not_null().any())
             .then(pl.col("below_sampling_interval").any(ignore_nulls=True))
             .alias("below_sampling_interval"),
+            pl.col(CUT).any(),
         )
         .with_columns((pl.col("energy_j") / (pl.col("wall_ns") / 1e9)).alias("avg_power_w"))
         .sort(

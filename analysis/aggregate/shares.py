@@ -17,11 +17,17 @@ payload or time window) are its phases, each the mean over the processes running
 Without ``step`` ranges there is no step to share: :func:`step_shares` is empty. Summaries
 over steps are the median and p10–p90 ("median over steps"), per phase over the steps where
 the phase ran.
+
+A step with a range cut at the capture's end (:func:`cut_steps`: its ``step`` range, or one of
+its phases, ends exactly there because nsys closed it when the capture stopped) has no true
+wall time: it is left out of every share and of the per-step stack.
 """
 
 from __future__ import annotations
 
 import polars as pl
+
+from analysis.model import CUT
 
 #: the quantiles of :func:`share_over_steps`: p10, median, p90
 SHARE_QUANTILES = (0.1, 0.5, 0.9)
@@ -50,6 +56,37 @@ def inside_step(phases: pl.DataFrame) -> pl.DataFrame:
     return inside.filter(pl.col("step").is_not_null())
 
 
+def is_cut(frame: pl.DataFrame) -> pl.Expr:
+    """Whether a row of ``frame`` is cut at the capture's end (:data:`~analysis.model.CUT`).
+
+    False throughout for a table without the column (an analysis of an earlier version).
+    """
+    return pl.col(CUT).fill_null(False) if CUT in frame.columns else pl.lit(False)
+
+
+def cut_steps(phases: pl.DataFrame) -> list[int]:
+    """The steps without a true wall time, sorted.
+
+    A ``step`` range of theirs, or a range of one of their phases (:func:`inside_step`), ends
+    exactly at the capture's end (:data:`~analysis.model.CUT`).
+    """
+    if CUT not in phases.columns:
+        return []
+    marks = phases.filter((pl.col("path") == "step") & is_cut(phases))["step"]
+    inside = inside_step(phases)
+    found = set(marks.drop_nulls().to_list()) | set(inside.filter(is_cut(inside))["step"])
+    return sorted(found)
+
+
+def without_cut_steps(phases: pl.DataFrame) -> pl.DataFrame:
+    """``phases`` without the rows of :func:`cut_steps` (rows without a step are kept)."""
+    cut = cut_steps(phases)
+    if not cut:
+        return phases
+    chosen = pl.Series(cut, dtype=phases.schema["step"]).implode()
+    return phases.filter(~pl.col("step").is_in(chosen).fill_null(False))
+
+
 def _n_ranges(frame: pl.DataFrame) -> pl.Expr:
     """Ranges a row stands for (``n_ranges``; 1 per row in frames without that column)."""
     return pl.col("n_ranges") if "n_ranges" in frame.columns else pl.lit(1, dtype=pl.Int64)
@@ -64,8 +101,9 @@ def step_walls(phases: pl.DataFrame) -> pl.DataFrame:
     """``step, n_step_ranges, step_wall_ns, step_energy_j`` per step with ``step`` ranges.
 
     The mean over the step's ``step`` ranges (one for a VeRL driver); ``step_energy_j`` null
-    without power samples (or where one range lacks them).
+    without power samples (or where one range lacks them). :func:`cut_steps` are left out.
     """
+    phases = without_cut_steps(phases)
     rows = phases.filter((pl.col("path") == "step") & pl.col("step").is_not_null())
     n = pl.col("n_step_ranges")
     return (
@@ -85,7 +123,9 @@ def step_phase_walls(phases: pl.DataFrame) -> pl.DataFrame:
 
     With the step's columns of :func:`step_walls` (null for a step without ``step`` ranges,
     whose phases are then means over the processes running them). Sorted by step, start.
+    :func:`cut_steps` are left out.
     """
+    phases = without_cut_steps(phases)
     rows = inside_step(phases)
     walls = step_walls(phases)
     nested = rows["path"].str.starts_with("step/").any()
@@ -114,7 +154,7 @@ def step_shares(phases: pl.DataFrame) -> pl.DataFrame:
     step_energy_j, energy_share_pct, n_step_ranges`` (walls in ns, means per ``step`` range as
     the module says; energy columns null without power samples; a share is null where its
     numerator or denominator is null, or the denominator zero). Steps without a ``step``
-    range are left out.
+    range are left out, and so are :func:`cut_steps` (no true wall time).
     """
     per_phase = step_phase_walls(phases).filter(pl.col("n_step_ranges").is_not_null())
     if per_phase.is_empty():

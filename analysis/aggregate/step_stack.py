@@ -1,7 +1,8 @@
 """Per-step phase tables for the phase figures: sums per phase, and the stack of each step.
 
 The phases of a step and its wall time are those of :mod:`analysis.aggregate.shares` (one
-definition: a segment of the stack over its bar is the phase's share of the step).
+definition: a segment of the stack over its bar is the phase's share of the step); a step cut at
+the capture's end (:func:`~analysis.aggregate.shares.cut_steps`) has no bar, as it has no share.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ def step_stack(phases: pl.DataFrame, max_bars: int = MAX_STEP_BARS) -> pl.DataFr
     the bin's mean per step (a phase absent from a step counts 0 there; means add up as the
     steps do). Columns: ``bar`` (label), ``first_step``, ``last_step``, ``n_steps`` (in the
     bar), ``position`` (0: bottom; phases by first start, ``other`` on top), ``canonical``,
-    ``wall_ms``, ``bottom_ms`` (where the segment starts).
+    ``wall_ms``, ``bottom_ms`` (where the segment starts). Steps cut at the capture's end
+    (:func:`~analysis.aggregate.shares.cut_steps`) are left out.
     """
     data = step_phase_walls(phases)
     if data.is_empty():

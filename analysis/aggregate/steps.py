@@ -8,11 +8,17 @@ Within a step, a phase marked by several processes lasts as long as its slowest 
 ``process_gpu_busy_pct`` (projection rows only, from ``process_gpu_busy_ns``/``process_idle_ns``
 where the phase table has them) is the busy share of the GPUs the range's process used, counting
 every operation that process launched, on any thread.
+
+A phase row with a range cut at the capture's end (:data:`~analysis.model.CUT`) has no true wall
+time: it is left out of the metrics per step, hence of the medians over steps
+(:func:`cut_note` says so).
 """
 
 from __future__ import annotations
 
 import polars as pl
+
+from analysis.aggregate.shares import cut_steps, is_cut
 
 #: metric column → (label, unit)
 STEP_METRICS: dict[str, tuple[str, str]] = {
@@ -44,11 +50,14 @@ def _process_busy_pct(columns: list[str]) -> pl.Expr:
 
 
 def step_phase_metrics(phases: pl.DataFrame) -> pl.DataFrame:
-    """One row per (step, path, attribution) with every metric of :data:`STEP_METRICS`."""
+    """One row per (step, path, attribution) with every metric of :data:`STEP_METRICS`.
+
+    Rows cut at the capture's end are left out (:func:`cut_note`).
+    """
     with_energy = pl.col("energy_j").is_not_null().any()
     graph = pl.col("graph_ns") if "graph_ns" in phases.columns else pl.lit(0)
     return (
-        phases.filter(pl.col("step").is_not_null())
+        phases.filter(pl.col("step").is_not_null() & ~is_cut(phases))
         .sort("step", "path", "attribution", "trace", "pid")  # float sums in a fixed order
         .group_by("step", "path", "attribution")
         .agg(
@@ -86,3 +95,49 @@ def over_steps(per_step: pl.DataFrame) -> pl.DataFrame:
     return (
         per_step.group_by("path", "attribution").agg(aggs).sort("start_ns", "path").drop("start_ns")
     )
+
+
+#: why a range cut at the capture's end has no true duration (said once per output)
+CUT_WHY = (
+    "nsys closes a range still open when the capture stops (its process exited before its last "
+    "NVTX events were flushed, or was still running), so its duration runs to the capture's "
+    "end, not to its own end"
+)
+
+
+def _steps_text(steps: list[int]) -> str:
+    return ("step " if len(steps) == 1 else "steps ") + ", ".join(map(str, steps))
+
+
+def cut_note(phases: pl.DataFrame) -> str | None:
+    """One sentence: the phase rows cut at the capture's end, and what they are left out of.
+
+    Their rows are left out of the medians over steps (:func:`step_phase_metrics`); a step whose
+    ``step`` range (or a phase of it) is cut, out of the shares of the step and the per-step
+    stack (:func:`~analysis.aggregate.shares.cut_steps`). None when nothing is cut.
+    """
+    cut = phases.filter(is_cut(phases))
+    if cut.is_empty():
+        return None
+    per_step = (
+        cut.group_by("step")
+        .agg(pl.col("path").unique().sort())
+        .sort("step", nulls_last=True)
+        .iter_rows()
+    )
+    named = "; ".join(
+        f"{'no step' if step is None else f'step {step}'}: {', '.join(paths)}"
+        for step, paths in per_step
+    )
+    text = (
+        f"cut at the capture's end: {cut.height} phase row(s) ({named}) hold a range that ends "
+        f"exactly at the end of the capture: {CUT_WHY}; these rows are left "
+        "out of the medians over steps"
+    )
+    marked = set(phases.filter(pl.col("path") == "step")["step"].drop_nulls().to_list())
+    steps = [s for s in cut_steps(phases) if s in marked]
+    if steps:
+        text += f", and {_steps_text(steps)} out of the shares of the step (no true wall time)"
+        if len(steps) == len(marked):
+            text += ": every step is cut, so no share of the step is given"
+    return text + "."

@@ -9,7 +9,7 @@ the single-pass result.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from analysis.energy.attach import attach_energy
 from analysis.energy.idle import busy_blocks, idle_guard_ns
 from analysis.energy.samples import PowerData
 from analysis.frames import concat_or_empty
-from analysis.model import PROJECTION, THREAD, WINDOW, EnergyTotals, GpuTotals
+from analysis.model import CUT, PROJECTION, THREAD, WINDOW, EnergyTotals, GpuTotals
 from analysis.normalize.events import OPS_SCHEMA
 from analysis.normalize.launches import CALL_COLUMNS
 
@@ -51,6 +51,7 @@ RANGE_COLUMNS = (
     "attribution",
     "start_ns",
     "end_ns",
+    CUT,
 )
 
 
@@ -100,6 +101,7 @@ def attribute_buckets(
     launch_warnings: Sequence[str] = (),
     activity_dir: Path | None = None,
     thread_names: pl.DataFrame | None = None,
+    capture_ends: Mapping[str, int] | None = None,
 ) -> Attributed:
     """Attribute a run's operations, bucket by bucket in time order, to its phase ranges.
 
@@ -108,10 +110,11 @@ def attribute_buckets(
     so the result equals a single pass. ``activity_dir``: write each bucket's per-operation rows
     there (``gpu_activity`` is then a lazy scan of them) instead of holding them in memory.
     ``thread_names``: ``trace, gtid, thread_name`` (for the warning about launching threads
-    without a range).
+    without a range). ``capture_ends``: each file's capture end on the run's clock (by label),
+    for :func:`mark_cut`.
     """
     hierarchy = build_hierarchy(ranges, phase_map)
-    phases = _with_attribution(hierarchy.phases, launch_threads)
+    phases = mark_cut(_with_attribution(hierarchy.phases, launch_threads), capture_ends or {})
     proj_ranges = phases.filter(pl.col("attribution") == PROJECTION)
     window_ranges = phases.filter(pl.col("attribution") == WINDOW)
     timeline = window_ranges if window_ranges.height else phases
@@ -204,6 +207,20 @@ def _range_metrics(
         ),
     )
     return metrics, per_device, proj_devices, gpu
+
+
+def mark_cut(ranges: pl.DataFrame, capture_ends: Mapping[str, int]) -> pl.DataFrame:
+    """``ranges`` (``trace, start_ns, end_ns``) with :data:`~analysis.model.CUT`.
+
+    A range is cut when it ends exactly at its file's capture end (``capture_ends``: label →
+    ``ANALYSIS_DETAILS.duration`` on the run's clock) and starts before it: the rule of
+    analyze's warning (:mod:`analysis.normalize.events`). nsys closes a range still open when
+    the capture stops there (its process exited before its last NVTX events were flushed), so
+    its duration runs to the capture's end, not to its own. A file of unknown end: not cut.
+    """
+    end = pl.col("trace").replace_strict(dict(capture_ends), default=None, return_dtype=pl.Int64)
+    cut = (pl.col("end_ns") == end) & (pl.col("start_ns") < end)
+    return ranges.with_columns(cut.fill_null(False).alias(CUT))
 
 
 def _with_attribution(phases: pl.DataFrame, launch_threads: pl.DataFrame) -> pl.DataFrame:

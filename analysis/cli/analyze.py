@@ -260,10 +260,15 @@ def report(
     force_combine: ForceCombine = False,
     steps: Steps = None,
     detail_steps: DetailSteps = None,
+    phase_map: PhaseMapFile = None,
+    all_ranges: AllRanges = False,
+    strip_args: StripArgs = False,
 ) -> None:
     """Write report.html (self-contained) and report.md: metadata, phase table, figures, warnings.
 
     With response-length records, also length statistics per step and rollout stragglers.
+    --phase-map, --all-ranges and --strip-args apply to traces (as with analyze); an analysis
+    folder keeps the options it was analyzed with.
     """
     from analysis.jobs import build_report
     from analysis.render.drawing import default_workers
@@ -279,6 +284,9 @@ def report(
             command_line=command_line(ctx),
             steps=steps,
             detail_steps=detail_steps,
+            phase_map=phase_map,
+            all_ranges=all_ranges,
+            strip_args=strip_args,
             draw_workers=default_workers(),
             reporter=reporter,
         )

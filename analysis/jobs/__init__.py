@@ -12,6 +12,7 @@ so importing this module is cheap.
 
 from analysis.jobs.capture import profile_workload, synthesize
 from analysis.jobs.common import QUIET, Reporter
+from analysis.jobs.lengths_dir import find_lengths
 from analysis.jobs.logs import LogsOutputs, logs_to
 from analysis.jobs.run import (
     AnalysisOutputs,
@@ -19,7 +20,6 @@ from analysis.jobs.run import (
     analyze_to,
     build_report,
     compare_to,
-    find_lengths,
     is_analysis_folder,
     load_saved_analysis,
     open_run,

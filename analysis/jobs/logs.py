@@ -21,7 +21,8 @@ class LogsOutputs:
     phase_times: pl.DataFrame
     #: one row per step, every other metric as logged (``steps.csv``)
     steps: pl.DataFrame
-    #: per phase, then other and step: n_steps, median_s, p10_s, p90_s, share
+    #: per phase, then other and step: n_steps, median_s, p10_s, p90_s and the share of step's
+    #: median and p10–p90 over steps (share_median_pct, share_p10_pct, share_p90_pct)
     summary: pl.DataFrame
     #: ``VeRL phase times: N steps (first–last)``
     title: str

@@ -13,12 +13,12 @@ if TYPE_CHECKING:
     from analysis.attribute.phase_map import PhaseMap
     from analysis.model import Analysis
     from analysis.render.drawing import Drawing
-    from analysis.render.report_units import Section
     from analysis.run.load import Engine
 
 from analysis.errors import one_line
 from analysis.jobs.common import QUIET, Reporter
 from analysis.jobs.extras import envelope_files, gpu_metrics_files, length_sections
+from analysis.jobs.lengths_dir import lengths_beside
 
 # --- one run: an analysis folder, or traces ------------------------------------------------------
 
@@ -94,12 +94,20 @@ def open_run(
             progress=reporter.detail,
             force_combine=force_combine,
         )
-    return run if spec is None else select_run(run, spec, folder)
+    return run if spec is None else select_run(run, spec)
 
 
-def _phase_map(path: Path | None, all_ranges: bool, strip_args: bool = False) -> PhaseMap:
+def _phase_map(
+    path: Path | None, all_ranges: bool, strip_args: bool = False, folder: Path | None = None
+) -> PhaseMap:  # an analysis folder keeps the options it was analyzed with: refused with one
     from analysis.attribute.phase_map import default_phase_map, load_phase_map
+    from analysis.errors import InputError
 
+    if folder is not None and (path is not None or all_ranges or strip_args):
+        raise InputError(
+            f"--phase-map/--all-ranges/--strip-args apply to traces only: {folder} is an analysis "
+            "folder, analyzed with its own options (analyze again with them, or report the traces)"
+        )
     pmap = load_phase_map(path) if path else default_phase_map()
     pmap = pmap.with_strip_args() if strip_args else pmap
     return pmap.with_all_ranges() if all_ranges else pmap
@@ -251,19 +259,6 @@ def _write_analysis(
     return written
 
 
-def find_lengths(inputs: Sequence[Path]) -> Path | None:
-    """A folder of packed_lengths files beside the inputs, if there is one."""
-    for path in inputs:
-        for candidate in (
-            path.with_name(path.stem + "_lengths"),
-            path / "lengths",
-            path.parent / "lengths",
-        ):
-            if candidate.is_dir() and any(candidate.glob("packed_lengths_step_*.jsonl")):
-                return candidate
-    return None
-
-
 def build_report(
     inputs: Sequence[Path],
     out: Path,
@@ -275,6 +270,9 @@ def build_report(
     command_line: Sequence[str] | None = None,
     steps: str | None = None,
     detail_steps: str | None = None,
+    phase_map: Path | None = None,
+    all_ranges: bool = False,
+    strip_args: bool = False,
     draw_workers: int = 0,
     reporter: Reporter = QUIET,
 ) -> list[Path]:
@@ -282,10 +280,9 @@ def build_report(
 
     ``inputs``: an analysis folder, or the run's traces (then their tables are written too,
     with ``command_line`` in the provenance). ``lengths``: response-length records (default:
-    :func:`find_lengths`) add length, straggler and energy-per-token sections; ``cap`` is the
-    rollout's max response length. ``steps``: report only these steps (:mod:`analysis.run.select`);
-    ``detail_steps``: the steps of the power detail figure (same syntax); ``draw_workers``: as
-    :func:`analyze_to`'s.
+    :func:`~analysis.jobs.lengths_dir.lengths_beside`) add length, straggler and energy-per-token sections; ``cap``: the
+    rollout's max response length; ``steps``: report only these steps. The others: as
+    :func:`analyze_to`'s (phase_map, all_ranges, strip_args with an analysis folder: refused).
     """
     from analysis.render.drawing import Drawing
     from analysis.render.figure_tasks import phase_figure_tasks
@@ -296,15 +293,18 @@ def build_report(
         same_folder,
         write_outputs,
     )
+    from analysis.render.kernels_by_phase import kernel_sections
     from analysis.render.report import write_report
 
     check_output_folder(out)  # before a long analysis, not after it
     _check_detail_syntax(detail_steps)
     folder = analysis_folder(inputs)
+    pmap = _phase_map(phase_map, all_ranges, strip_args, folder)  # before a long analysis
     with (
         Drawing(draw_workers) as drawing,  # its workers import matplotlib while the run is read
         open_run(
             inputs,
+            phase_map=pmap,
             idle_power_w=idle_power_w,
             force_combine=force_combine,
             steps=steps,
@@ -322,13 +322,13 @@ def build_report(
                 drawing.draw(task)
             if folder is None:
                 reporter.stage("writing outputs")
-                session.add(write_outputs(_invoked(result, command_line, None, 10), out))
+                session.add(write_outputs(_invoked(result, command_line, phase_map, 10), out))
                 session.add(gpu_metrics_files(result, out, reporter))
             session.add(
                 envelope_files(result, out, table=folder is None, drawing=drawing, saved=folder)
             )
-            sections = _kernel_sections(result, folder)
-            length_dir = lengths or find_lengths(inputs)
+            sections = kernel_sections(result, folder)  # saved in the folder, else computed
+            length_dir = lengths or lengths_beside(inputs, result)
             if length_dir is not None:
                 found, warned = length_sections(result, length_dir, cap, out / "figures", drawing)
                 sections += found
@@ -350,16 +350,6 @@ def _check_detail_syntax(detail_steps: str | None) -> None:
             parse_steps(detail_steps)
         except InputError as exc:
             raise InputError(str(exc).replace("--steps", "--detail-steps", 1)) from exc
-
-
-def _kernel_sections(result: Analysis, folder: Path | None) -> list[Section]:
-    """The report's top-kernels-per-phase section: from the run, else its analysis ``folder``.
-
-    See :func:`analysis.render.kernels_by_phase.kernel_sections`.
-    """
-    from analysis.render.kernels_by_phase import kernel_sections
-
-    return kernel_sections(result, folder)
 
 
 def compare_to(

@@ -1,13 +1,11 @@
 """The ``timeline`` job: a run (analysis folder or traces) → one Chrome trace-event file.
 
-:func:`~analysis.jobs.run.open_run` reads the run either way. An analysis folder read back keeps
-only three columns of its GPU activity, so the timeline scans the folder's whole
-``gpu_activity.parquet`` itself. The events are built by :mod:`analysis.render.timeline`.
+:func:`~analysis.jobs.run.open_run` reads the run either way (a folder's GPU activity as a lazy
+scan of its ``gpu_activity.parquet``). The events are built by :mod:`analysis.render.timeline`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +17,7 @@ from analysis.jobs.common import QUIET, Reporter
 from analysis.jobs.run import analysis_folder, open_run
 
 if TYPE_CHECKING:  # Polars and the analysis are imported where used: importing jobs is cheap
-    from analysis.model import Analysis
+    pass
 
 #: GPU operations shown one by one up to this many; past it, merged per stream into busy blocks
 DEFAULT_MAX_OPS = 200_000
@@ -56,14 +54,6 @@ def check_output_file(out: Path) -> None:
         raise OutputError(f"--out {out}: cannot create it ({existing} is not a folder)")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise OutputError(f"--out {out}: cannot create it ({existing} is not writable)")
-
-
-def with_full_activity(run: Analysis, folder: Path) -> Analysis:
-    """``run`` read back from ``folder`` with its whole GPU activity table (scanned lazily)."""
-    import polars as pl
-
-    path = folder / "gpu_activity.parquet"
-    return dataclasses.replace(run, gpu_activity=pl.scan_parquet(path)) if path.exists() else run
 
 
 def timeline_to(
@@ -104,8 +94,7 @@ def timeline_to(
         pmap = pmap.with_strip_args() if strip_args else pmap
     gap_ns = None if merge_gap_us is None else round(merge_gap_us * 1000)
     with open_run(inputs, phase_map=pmap, force_combine=force_combine, reporter=reporter) as run:
-        full = run if folder is None else with_full_activity(run, folder)
-        full = select_steps(full, spec) if spec else full
+        full = select_steps(run, spec) if spec else run
         reporter.stage("building the timeline")
         timeline = build_timeline(full, max_ops=max_ops, merge_gap_ns=gap_ns, max_ranges=max_ranges)
         reporter.stage(f"writing {out}")

@@ -6,8 +6,10 @@ the file): columns ``step`` (int), ``phase`` (VeRL stage name, ``step`` for the 
 time), ``seconds``, and optionally ``source`` (the logged key; ``sum of stage timers`` for a step
 time that no step timer gave, VeRL 0.1's case). From a trace the bounds use the driver's window
 phases, per-GPU busy time, per-rank generation ends and power; from logs only the times (the
-rest is "not available"). ``--steps`` restricts either to some steps.
-Response-length records (``--lengths``, or found beside the run) add the p90-response variant.
+rest is "not available"). ``--steps`` restricts either to some steps. A traced step with a
+range cut at the capture's end (nsys closed it there) has no true time: it is left out of every
+bound, with a warning naming it. Response-length records (``--lengths``, or found beside the
+run or beside the traces an analysis folder was made from) add the p90-response variant.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from typing import TYPE_CHECKING
 
 from analysis.errors import WorkloadInputError, one_line
 from analysis.jobs.common import QUIET, Reporter
-from analysis.jobs.run import find_lengths, is_analysis_folder, open_run
+from analysis.jobs.lengths_dir import find_lengths, traces_read
+from analysis.jobs.run import is_analysis_folder, open_run
 from nvtx_phases.naming import STEP  # stdlib only
 
 if TYPE_CHECKING:  # Polars and the analysis are imported where used: importing jobs is cheap
@@ -77,6 +80,45 @@ def _driver_rows(analysis: Analysis, name: str) -> pl.DataFrame:
     )
 
 
+def _without_cut(rows: pl.DataFrame, name: str) -> tuple[pl.DataFrame, tuple[str, ...]]:
+    """The driver's ``rows`` without the steps cut at the capture's end, and a line per step.
+
+    Such a step (:func:`~analysis.aggregate.shares.cut_steps`: its ``step`` range or one of its
+    phases ends exactly at the capture's end) has no true time, so it is in no bound and not in
+    the warm-up check. Every step cut: :class:`~analysis.errors.WorkloadInputError`.
+    """
+    import polars as pl
+
+    from analysis.aggregate.shares import cut_steps, is_cut
+    from analysis.aggregate.steps import CUT_WHY
+    from analysis.render.whatif import format_seconds
+
+    cut = cut_steps(rows)
+    if not cut:
+        return rows, ()
+    chosen = pl.col("step").is_in(pl.Series(cut, dtype=rows.schema["step"]).implode())
+    if rows.filter((pl.col("path") == STEP) & ~chosen).is_empty():
+        raise WorkloadInputError(
+            f"{name}: every step ({_spec(cut)}) has a range that ends exactly at the end of the "
+            f"capture: {CUT_WHY}; no step has a true time, so no what-if bound is given"
+        )
+    lines = []
+    for step in cut:
+        in_step = rows.filter(pl.col("step") == step)
+        ranges = in_step.filter(is_cut(in_step)).with_columns(_phase_name().alias("phase"))
+        pairs = [(p, format_seconds(w / 1e9)) for p, w in ranges.select("phase", "wall_ns").rows()]
+        what = (
+            f"{pairs[0][0]} range ({pairs[0][1]}) ends"
+            if len(pairs) == 1
+            else "ranges " + ", ".join(f"{p} ({t})" for p, t in pairs) + " end"
+        )
+        lines.append(
+            f"step {step} left out of every bound and of the warm-up check: its {what} exactly "
+            f"at the end of the capture: {CUT_WHY}"
+        )
+    return rows.filter(~chosen), tuple(lines)
+
+
 def _phase_name() -> pl.Expr:
     import polars as pl
 
@@ -105,7 +147,8 @@ def inputs_from_analysis(
     from analysis.workload.stragglers import GENERATION_PHASES, generation_tails
     from analysis.workload.whatif import WhatIfInputs, p90_response_tail
 
-    rows = _driver_rows(analysis, name)
+    rows, left_out = _without_cut(_driver_rows(analysis, name), name)
+    kept = rows["step"].unique().implode()
     times = rows.select(
         "step", _phase_name().alias("phase"), (pl.col("wall_ns") / 1e9).alias("seconds")
     )
@@ -121,7 +164,7 @@ def inputs_from_analysis(
         (pl.col("attribution") == PROJECTION) & pl.col("canonical").is_in(GENERATION_PHASES)
     )["pid"]
     tails = generation_tails(analysis, lengths_stats).filter(
-        pl.col("pid").is_in(projected.implode())
+        pl.col("pid").is_in(projected.implode()) & pl.col("step").is_in(kept)
     )
     p90 = None
     if lengths_stats is not None:
@@ -140,6 +183,7 @@ def inputs_from_analysis(
         gap_energy=None if gap["gap_energy_j"].is_null().all() else gap,
         idle_power_w=idle_power_total(analysis.summary),
         source=f"{name}: window phases of {trace} pid {pid}",
+        left_out=left_out,
     )
 
 
@@ -282,6 +326,16 @@ def read_phase_times(path: Path) -> pl.DataFrame:
 # --- the job -------------------------------------------------------------------------------------
 
 
+def _length_stats(length_dir: Path | None, reporter: Reporter) -> pl.DataFrame | None:
+    """Per-step length statistics of the records in ``length_dir`` (None: none found)."""
+    from analysis.workload.lengths import length_stats, read_packed_lengths
+
+    if length_dir is None:
+        return None
+    reporter.note(f"response lengths from {length_dir}")
+    return length_stats(read_packed_lengths([length_dir]))
+
+
 def whatif_to(
     inputs: Sequence[Path],
     out: Path,
@@ -294,24 +348,23 @@ def whatif_to(
     """Bounds per step into ``out`` (``whatif.csv``, ``whatif.md``, a figure): ``whatif``.
 
     ``inputs``: an analysis folder, traces, or a ``phase_times.csv`` (or its folder).
-    ``lengths``: response-length records (default: :func:`~analysis.jobs.run.find_lengths`).
+    ``lengths``: response-length records (default: :func:`~analysis.jobs.lengths_dir.find_lengths`
+    beside the inputs, else beside the traces an analysis folder was made from).
     ``steps``: a ``--steps`` spec (:mod:`analysis.run.select`): only those steps. A step that
-    dominates the run's totals is warned about (``warnings``, and in ``whatif.md``).
-    Raises :class:`~analysis.errors.WorkloadInputError` for a run without steps.
+    dominates the run's totals, and a step left out as cut at the capture's end, are warned
+    about (``warnings``, and in ``whatif.md``).
+    Raises :class:`~analysis.errors.WorkloadInputError` for a run without steps, or whose
+    every step is cut at the capture's end.
     """
     from analysis.render.files import check_output_folder
     from analysis.render.whatif import write_whatif
-    from analysis.workload.lengths import length_stats, read_packed_lengths
     from analysis.workload.whatif import run_level, whatif_table
 
     check_output_folder(out)
     length_dir = lengths or find_lengths(inputs)
-    stats = None
-    if length_dir is not None:
-        reporter.note(f"response lengths from {length_dir}")
-        stats = length_stats(read_packed_lengths([length_dir]))
     logs = phase_times_file(inputs)
     if logs is not None:
+        stats = _length_stats(length_dir, reporter)
         inp = inputs_from_phase_times(read_phase_times(logs), stats, name=str(logs))
         inp = inp if steps is None else select_times(inp, steps)
     else:
@@ -322,12 +375,14 @@ def whatif_to(
                     "no GPU activity in this run (CPU-only capture): the bounds are wall-time "
                     "bounds of its phases; 'GPU' in their assumptions means whatever ran them"
                 )
+            length_dir = length_dir or find_lengths(traces_read(analysis))
+            stats = _length_stats(length_dir, reporter)
             inp = inputs_from_analysis(analysis, stats, name=name)
     if steps is not None:
         inp = dataclasses.replace(inp, source=f"{inp.source}; --steps {steps.strip()}")
     table = whatif_table(inp)
     run = run_level(table)
-    warnings = dominance_warnings(inp.times)
+    warnings = [*inp.left_out, *dominance_warnings(inp.times)]
     reporter.stage("writing outputs")
     written = write_whatif(table, run, out, source=inp.source, figures=figures, warnings=warnings)
     return WhatIfOutputs(

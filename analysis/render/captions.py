@@ -15,20 +15,25 @@ from analysis.aggregate.steps import STEP_METRICS
 #: "Phases in execution order, each in its NVTX colour": said once, used in several captions
 _ORDER = "Phases in execution order (first start), each in its NVTX colour"
 
+#: steps left out of the per-step figures (see README: a range cut at the capture's end)
+_CUT = (
+    "A step whose step range, or a phase of it, nsys closed at the capture's end (its process "
+    "exited before its last NVTX events were flushed) has no true wall time and is left out."
+)
 FIGURE_CAPTIONS: dict[str, str] = {
     "phase_time_per_step": (
         "Wall time of each phase per step, stacked bottom to top in execution order (the legend "
         "lists them top to bottom, as stacked), each phase in its NVTX colour; the grey 'other "
         "(no phase)' segment is the step's time no phase covers, so a bar is as tall as its "
         "step (where several processes mark a step, the mean per step range). Beyond 40 steps "
-        "each bar is the mean step over a bin of consecutive steps, labelled first–last."
+        "each bar is the mean step over a bin of consecutive steps, labelled first–last. " + _CUT
     ),
     "phase_share": (
         "Per phase, its share of the step: its wall time over the step range's (solid bars) "
         "and, when GPU power was measured, its GPU energy over the step's, energy between "
         "phases included (light, hatched bars); bar: median over steps (those where the phase "
         "ran), whiskers p10–p90. " + _ORDER + "; shares need not add up to 100%: the rest is "
-        "time outside any phase."
+        "time outside any phase. " + _CUT
     ),
     "busy_idle_per_phase": (
         "Per phase, GPU busy time (solid: a kernel or copy running) stacked under GPU idle time "

@@ -13,6 +13,7 @@ import polars as pl
 
 from analysis.frames import int_value
 from analysis.render.atomic import atomic_write
+from analysis.render.report_units import fixed
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -170,7 +171,7 @@ def _node_panels(power: Axes, ramp: Axes, nodes: pl.DataFrame, paths: list[str])
                 break
             if r["energy_share_pct"] is not None and r["max_w"] is not None:
                 power.annotate(
-                    f"{r['energy_share_pct']:.1f}%",
+                    f"{fixed(r['energy_share_pct'], 1, pct=True)}%",
                     (xi, r["max_w"]),
                     textcoords="offset points",
                     xytext=(0, 4),

@@ -326,7 +326,11 @@ def _whole_activity_file(analysis: Analysis) -> Path | None:
 
 
 def load_analysis(folder: str | Path) -> Analysis:
-    """Read back what :func:`write_outputs` wrote (of GPU activity, only pid, device, dur_ns)."""
+    """Read back what :func:`write_outputs` wrote: the same shape :func:`analyze` returns.
+
+    ``gpu_activity`` is a lazy scan of ``gpu_activity.parquet`` (read only as far as a query
+    needs); the result keeps no file open until it is queried.
+    """
     folder = Path(folder)
     required = (
         "phases.parquet",
@@ -348,10 +352,10 @@ def load_analysis(folder: str | Path) -> Analysis:
     return Analysis(
         phases=pl.read_parquet(folder / "phases.parquet"),
         phase_devices=pl.read_parquet(folder / "phase_devices.parquet"),
-        # only what per-rank questions need: the full table can be millions of rows
-        gpu_activity=pl.read_parquet(activity, columns=["trace", "pid", "device", "dur_ns"]).lazy()
-        if activity.exists()
-        else pl.LazyFrame(),
+        # the whole table, as analyze() returns it: a lazy scan (millions of rows are read only
+        # as far as a query needs); a folder whose activity file is gone has none (said by
+        # the commands that need it)
+        gpu_activity=pl.scan_parquet(activity) if activity.exists() else pl.LazyFrame(),
         kernels=pl.read_csv(folder / "kernels.csv"),
         steps=pl.read_csv(folder / "steps.csv"),
         summary=RunSummary.from_dict(

@@ -27,7 +27,7 @@ SECTION_TITLE = "Top kernels per phase (all steps; the phases with the most kern
 
 
 def has_kernel_columns(analysis: Analysis) -> bool:
-    """Whether the analysis holds its whole GPU activity (not a folder's three columns)."""
+    """Whether the analysis holds its GPU activity (a folder whose activity file is gone does not)."""
     names = analysis.gpu_activity.collect_schema().names()
     return all(c in names for c in ("kind", "name", "start_ns", "end_ns", "op_class"))
 
@@ -35,7 +35,7 @@ def has_kernel_columns(analysis: Analysis) -> bool:
 def write_kernels_by_phase(
     analysis: Analysis, out: str | Path, *, top: int | None = DEFAULT_TOP
 ) -> list[Path]:
-    """Write ``OUT/kernels_by_phase.csv`` (nothing for an analysis read back from a folder)."""
+    """Write ``OUT/kernels_by_phase.csv`` (nothing without the GPU activity)."""
     if not has_kernel_columns(analysis):
         return []
     table = kernels_by_phase(analysis.gpu_activity, analysis.phases, top=top)
@@ -45,9 +45,8 @@ def write_kernels_by_phase(
 def kernel_sections(analysis: Analysis, folder: str | Path | None) -> list[Section]:
     """The report's section (none when no phase ran a kernel).
 
-    Computed from the analysis when it holds its whole GPU activity (traces, or a folder whose
-    steps were selected); else read from ``folder``'s ``kernels_by_phase.csv`` (none from a
-    folder written before that table).
+    Computed from the analysis's GPU activity (traces, or a folder's lazily scanned
+    ``gpu_activity.parquet``); without it, read from ``folder``'s ``kernels_by_phase.csv``.
     """
     if has_kernel_columns(analysis):
         table: pl.DataFrame | None = kernels_by_phase(

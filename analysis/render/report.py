@@ -202,6 +202,67 @@ def launching_processes(analysis: Analysis) -> str:
     return f"{launchers.height} ({marking} of them mark worker ranges: projection scheme)"
 
 
+#: what each scheme counts, in a few words (the GPU time headline's labels)
+SCHEME_MEANING: dict[str, str] = {
+    WINDOW: "driver phases, every GPU's work inside them",
+    PROJECTION: "ranges, the work their own thread launched",
+}
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:,.2f} ms"
+
+
+def scheme_gpu_times(analysis: Analysis, attributed: str = "in phases") -> list[str]:
+    """Per scheme with phases (window, then projection): attributed and unattributed GPU time.
+
+    From the summary's totals (``attributed_gpu_ns``/``unattributed_gpu_ns`` and the
+    ``projection_`` pair). A scheme with no phase rows comes last, said to have none: its
+    totals count no row of the table (window's is the GPU time inside any range, with no
+    driver); a run without phase rows gets one part saying so. ``attributed``: the word for
+    the attributed part. One definition for the report's headline and the terminal's line.
+    """
+    if analysis.phases.is_empty():
+        return ["none in phases (the run has no phase rows)"]
+    gpu = analysis.summary.gpu
+    present = set(analysis.phases["attribution"].unique().to_list())
+    sides = {
+        WINDOW: (gpu.attributed_gpu_ns, gpu.unattributed_gpu_ns),
+        PROJECTION: (gpu.projection_attributed_gpu_ns, gpu.projection_unattributed_gpu_ns),
+    }
+    parts, absent = [], []
+    for scheme, (inside, outside) in sides.items():
+        label = f"{scheme} ({SCHEME_MEANING[scheme]})"
+        if scheme not in present:
+            absent.append(f"{label}: no phases in this run")
+            continue
+        share = f" ({100 * outside / gpu.total_gpu_ns:.1f} %)" if gpu.total_gpu_ns else ""
+        parts.append(f"{label}: {_ms(inside)} {attributed}, {_ms(outside)} unattributed{share}")
+    return parts + absent
+
+
+def gpu_time_headline(analysis: Analysis) -> str:
+    """The report's "GPU time" line: the total, then each scheme (:func:`scheme_gpu_times`)."""
+    gpu = analysis.summary.gpu
+    if not gpu.n_gpu_ops:
+        return "none: no GPU activity in these traces (a CPU-only capture)"
+    return f"{_ms(gpu.total_gpu_ns)}; " + "; ".join(scheme_gpu_times(analysis))
+
+
+#: what stands for the step count of a run whose phases have no step
+NO_STEPS = "no step ranges: whole capture"
+
+
+def step_count(analysis: Analysis) -> int:
+    """The run's steps: its step ranges, else the distinct steps its phases carry (payload)."""
+    return analysis.summary.n_steps or analysis.phases["step"].drop_nulls().n_unique()
+
+
+def steps_text(analysis: Analysis) -> str:
+    """The run's step count, or :data:`NO_STEPS` where no phase has a step."""
+    return str(step_count(analysis) or NO_STEPS)
+
+
 def _metadata(analysis: Analysis) -> list[tuple[str, str]]:
     s = analysis.summary
     gpu, energy = s.gpu, s.energy
@@ -217,15 +278,9 @@ def _metadata(analysis: Analysis) -> list[tuple[str, str]]:
         ),
         ("NVIDIA driver", ", ".join(s.driver_versions) or "not in the export"),
         ("processes launching GPU work", launching_processes(analysis)),
-        ("steps", str(s.n_steps)),
+        ("steps", steps_text(analysis)),
         ("GPU operations", f"{gpu.n_gpu_ops:,}"),
-        (
-            "GPU time",
-            f"{gpu.total_gpu_ns / 1e6:,.2f} ms: {gpu.attributed_gpu_ns / 1e6:,.2f} ms in phases, "
-            f"{gpu.unattributed_gpu_ns / 1e6:,.2f} ms unattributed (window scheme)"
-            if gpu.n_gpu_ops
-            else "none: no GPU activity in these traces (a CPU-only capture)",
-        ),
+        ("GPU time", gpu_time_headline(analysis)),
         (
             "energy",
             f"{energy.total_energy_j:,.3f} J: {energy.attributed_energy_j:,.3f} J in phases, "

@@ -4,7 +4,8 @@ Each finding is a sentence with its numbers, or, when the data for it is missing
 samples, no GPU work, one rank), says so and why. The phases compared are those directly inside
 ``step`` (window scheme); a run without step ranges uses its top-level phases. Every share of
 the step is :mod:`analysis.aggregate.shares`' (phase / step per step, then the median and
-p10–p90 over steps), never a ratio of medians.
+p10–p90 over steps), never a ratio of medians. Where ranges were cut at the capture's end, a
+fifth line says which and what they are left out of (:func:`~analysis.aggregate.steps.cut_note`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from analysis.aggregate.shares import inside_step, share_over_steps, step_shares
+from analysis.aggregate.shares import inside_step, is_cut, share_over_steps, step_shares
+from analysis.aggregate.steps import cut_note
 from analysis.model import PROJECTION, WINDOW, Analysis
+from analysis.render.report_units import fixed
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,11 @@ class Finding:
     omitted: bool = False
 
 
+def _pct(value: float) -> str:
+    """A share with one decimal, never a wrong ``0`` or ``100``."""
+    return fixed(value, 1, pct=True)
+
+
 def _ms(value: float) -> str:
     return f"{value / 1e3:,.2f} s" if value >= 10_000 else f"{value:,.2f} ms"
 
@@ -33,7 +41,7 @@ def _ms(value: float) -> str:
 def _pct_range(row: dict, what: str, of: str) -> str:
     """``39.3% of the step (p10–p90 38.5–40.1%)`` from a :func:`share_over_steps` row."""
     median, low, high = (row[f"{what}_share_{q}"] for q in ("median", "p10", "p90"))
-    return f"{median:.1f}%{of} (p10–p90 {low:.1f}–{high:.1f}%)"
+    return f"{_pct(median)}%{of} (p10–p90 {_pct(low)}–{_pct(high)}%)"
 
 
 def shares_by_path(phases: pl.DataFrame) -> pl.DataFrame:
@@ -141,7 +149,7 @@ def idlest_phase(inside: pl.DataFrame, shares: pl.DataFrame) -> Finding:
         scope = ""
     low = rows.sort(["busy", "wall_ms", "path"], descending=[False, True, False]).row(0, named=True)
     over = "whole capture" if low["n_steps"] is None else "median over steps"
-    of = f"{low['busy']:.1f}% of its {_ms(low['wall_ms'])} ({over}{scope}"
+    of = f"{_pct(low['busy'])}% of its {_ms(low['wall_ms'])} ({over}{scope}"
     if low["own"]:
         text = (
             f"{low['path']} (worker range) has the lowest busy share of its own launches: {of}; "
@@ -175,7 +183,9 @@ def worst_straggler(tails: pl.DataFrame) -> Finding:
     in_step = tails.filter(pl.col("step") == step)
     slow = in_step.filter(pl.col("is_straggler")).sort("pid").row(0, named=True)
     gen_ns = waiting["last_end_ns"] - in_step["gen_start_ns"].min()
-    share = f" ({100 * waiting['idle_tail_ns'] / gen_ns:.0f}% of the step's generation)"
+    share = (
+        f" ({fixed(100 * waiting['idle_tail_ns'] / gen_ns, 0, pct=True)}% of the step's generation)"
+    )
 
     def who(row: dict) -> str:
         device = row.get("device")
@@ -221,13 +231,30 @@ def largest_energy_share(inside: pl.DataFrame, shares: pl.DataFrame, has_power: 
     )
 
 
+#: the topic of the line about ranges cut at the capture's end
+CUT_TOPIC = "cut at the capture's end"
+
+
+def _no_phases(analysis: Analysis) -> str:
+    """Why the phase summary is empty: no phase at all, or every phase row cut."""
+    phases = analysis.phases
+    if phases.height and phases.filter(~is_cut(phases)).is_empty():
+        return "every phase row holds a range cut at the capture's end (the last line says why)"
+    n_ranges = analysis.summary.n_ranges
+    return f"no phases in this run (none of its {n_ranges:,} NVTX ranges is a phase)"
+
+
 def what_stands_out(analysis: Analysis, summary: pl.DataFrame) -> list[Finding]:
-    """The four findings, from the phase summary (:func:`~analysis.render.report.phase_summary`)."""
+    """The four findings, from the phase summary (:func:`~analysis.render.report.phase_summary`).
+
+    Then, where ranges were cut at the capture's end, a fifth saying what is left out and why.
+    """
     from analysis.workload.stragglers import generation_tails
 
+    note = cut_note(analysis.phases)
+    cut = [Finding(CUT_TOPIC, note[0].upper() + note[1:])] if note else []
     if summary.is_empty():
-        n_ranges = analysis.summary.n_ranges
-        why = f"no phases in this run (none of its {n_ranges:,} NVTX ranges is a phase)"
+        why = _no_phases(analysis)
         return [
             Finding(t, why, omitted=True)
             for t in (
@@ -236,7 +263,7 @@ def what_stands_out(analysis: Analysis, summary: pl.DataFrame) -> list[Finding]:
                 "worst straggler step",
                 "largest energy share",
             )
-        ]
+        ] + cut
     inside, _ = top_phases(summary)
     shares = shares_by_path(analysis.phases)
     has_power = analysis.summary.energy is not None
@@ -245,4 +272,5 @@ def what_stands_out(analysis: Analysis, summary: pl.DataFrame) -> list[Finding]:
         idlest_phase(inside, shares),
         worst_straggler(generation_tails(analysis)),
         largest_energy_share(inside, shares, has_power),
+        *cut,
     ]

@@ -7,6 +7,8 @@ as the CSV beside the report, and per column the label and the cell format of th
 Markdown tables. Each column group (a metric and its ``_p10``/``_p90``) gets one unit and one
 number of decimals, chosen from its largest value, so a column reads in one unit throughout.
 Times named ``*start*``/``*end*`` are offsets on the run's clock (from the capture's start).
+A cell never shows a wrong ``0`` or ``100%`` (:func:`fixed`): a phase that ran 0.11 ms in a
+column of seconds to 3 decimals reads ``<0.001 s``, a 99.53% busy reads ``99.5%``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,48 @@ ID_COLUMNS = frozenset({"step", "pid", "rank", "#", "device", "tid", "n_steps", 
 _STATS = ("_p10", "_p90", "_median")
 
 
+def fixed(value: float, digits: int, *, sign: bool = False, pct: bool = False) -> str:
+    """``value`` with ``digits`` decimals (thousands separated), never a wrong ``0`` or ``100``.
+
+    An exact zero is ``0``. A nonzero value that would round to zero is ``<`` the column's
+    smallest step: ``<0.001`` (``digits`` 3), ``<1`` (``digits`` 0), ``-<0.001`` when
+    negative (never ``-0.000``). ``sign``: a ``+`` before positive values (``+<0.01``).
+    ``pct``: a percentage that is not 100 but would round to it gets more decimals, up to
+    three more (``99.53`` → ``99.5``, never ``100``), else ``>99.999`` (``>100`` above it).
+    """
+    plus = "+" if sign else ""
+    if value == 0:
+        return "0"
+    if round(value, digits) == 0:
+        smallest = f"{10.0**-digits:.{digits}f}"
+        return f"-<{smallest}" if value < 0 else f"{plus}<{smallest}"
+    if pct and value != 100 and round(value, digits) == 100:
+        for more in range(digits + 1, digits + 4):
+            if round(value, more) != 100:
+                return f"{value:{plus},.{more}f}"
+        return (
+            f"{plus}>{100 - 10.0 ** -(digits + 3):.{digits + 3}f}" if value < 100 else f"{plus}>100"
+        )
+    return f"{value:{plus},.{digits}f}"
+
+
+def duration(seconds: float, significant: int = 4) -> str:
+    """A time in seconds in the unit that reads best, ``significant`` digits: ``15.26 µs``.
+
+    ``s`` from 1 s, ``ms`` from 1 ms, else ``µs`` (``ns`` below 1 µs); an exact zero is ``0 s``.
+    """
+    if seconds == 0:
+        return "0 s"
+    # rounded to its digits first, so 0.99996 ms reads 1.000 ms, not 1,000.0 µs
+    rounded = float(f"{seconds:.{significant - 1}e}")
+    exponent = int(f"{rounded:e}".split("e")[1])
+    unit, scale = next(
+        ((u, e) for u, e in (("s", 0), ("ms", -3), ("µs", -6)) if exponent >= e), ("ns", -9)
+    )
+    digits = max(0, significant - 1 - (exponent - scale))
+    return f"{rounded / 10.0**scale:,.{digits}f} {unit}"
+
+
 @dataclass(frozen=True)
 class Column:
     """One column of a report table: its CSV name, header label, unit and decimals."""
@@ -38,7 +82,10 @@ class Column:
     digits: int | None = None  # None: not a float (text, integer, boolean)
 
     def cell(self, value: object) -> str:
-        """``value`` as the report shows it (``12.34 ms``, ``67%``, ``0 ms``, ``—`` when missing)."""
+        """``value`` as the report shows it (``12.34 ms``, ``67%``, ``<0.001 s``, ``—`` missing).
+
+        Floats follow :func:`fixed`: a ran-but-tiny value is ``<0.001 s``, never ``0 s``.
+        """
         if value is None or (isinstance(value, float) and value != value):
             return MISSING
         if isinstance(value, bool):
@@ -46,9 +93,7 @@ class Column:
         if isinstance(value, int) and self.digits is None:
             text = str(value) if self.name in ID_COLUMNS else f"{value:,}"
         elif isinstance(value, int | float) and self.digits is not None:
-            # what rounds to zero is 0: never -0.00 (a tiny negative energy above idle)
-            zero = round(value, self.digits) == 0
-            text = "0" if zero else f"{value:,.{self.digits}f}"
+            text = fixed(value, self.digits, pct=self.unit == "%")
         elif isinstance(value, float):
             text = f"{value:,.4g}"
         else:

@@ -26,6 +26,8 @@ from rich.text import Text
 
 from analysis.aggregate.steps import PROCESS_COLUMNS
 from analysis.model import PROJECTION, WINDOW, Analysis
+from analysis.render.report import NO_STEPS, scheme_gpu_times, step_count
+from analysis.render.report_units import fixed
 
 #: what a GPU column shows where no GPU is in the row's scope
 NO_GPU = "—"
@@ -38,11 +40,11 @@ Cell = Callable[[dict], str]
 
 
 def _ms(ns: float | None) -> str:
-    return "" if ns is None else f"{ns / 1e6:,.2f}"
+    return "" if ns is None else fixed(ns / 1e6, 2)
 
 
 def _pct(value: float | None) -> str:
-    return NO_GPU if value is None else f"{value:.0f}"
+    return NO_GPU if value is None else fixed(value, 0, pct=True)
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ def _gpu_columns(scheme: str, graphs: bool, process: bool, energy: bool) -> list
 
 
 def _num(value: float | None, digits: int) -> str:
-    return NO_GPU if value is None else f"{value:,.{digits}f}"
+    return NO_GPU if value is None else fixed(value, digits)
 
 
 def _cells(row: dict, columns: list[_Column]) -> list[str | Text]:
@@ -263,11 +265,13 @@ def _table(
 ) -> Table:
     """An empty table of one scheme; the first is titled with the run's steps and GPUs."""
     s = analysis.summary
-    title = (
-        f"Phases per step ({s.n_steps} steps, {s.n_devices} GPU(s))"
-        if index == 0
-        else "Worker ranges per step (projection)"
-    )
+    n_steps = step_count(analysis)
+    if index:
+        title = f"Worker ranges ({NO_STEPS}, projection)"
+        title = "Worker ranges per step (projection)" if n_steps else title
+    else:
+        title = f"Phases ({NO_STEPS}, {s.n_devices} GPU(s))"
+        title = f"Phases per step ({n_steps} steps, {s.n_devices} GPU(s))" if n_steps else title
     table = Table(
         title=title, caption=_caption(analysis, scheme, rows, process), header_style="bold"
     )
@@ -288,11 +292,9 @@ def print_report(analysis: Analysis, console: Console, *, max_rows: int = 60) ->
         console.print(table)
     gpu, energy = analysis.summary.gpu, analysis.summary.energy
     if gpu.total_gpu_ns:
+        schemes = "; ".join(scheme_gpu_times(analysis, "attributed"))
         console.print(
-            f"GPU time {_ms(gpu.total_gpu_ns)} ms in {gpu.n_gpu_ops:,} operations; "
-            f"window: {_ms(gpu.attributed_gpu_ns)} ms attributed + "
-            f"{_ms(gpu.unattributed_gpu_ns)} ms unattributed; projection: "
-            f"{_ms(gpu.projection_attributed_gpu_ns)} + {_ms(gpu.projection_unattributed_gpu_ns)} ms"
+            Text(f"GPU time {_ms(gpu.total_gpu_ns)} ms in {gpu.n_gpu_ops:,} operations; {schemes}")
         )
     if energy is not None:
         console.print(

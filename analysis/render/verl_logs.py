@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from analysis.render.report_units import fixed
 from analysis.workload import verl_logs as wl
 from analysis.workload.verl_logs import OTHER, STEP
 
@@ -28,28 +29,43 @@ _SPARE_COLORS = ("#17becf", "#bcbd22", "#e377c2", "#1f77b4", "#9467bd", "#8c564b
 
 
 def _seconds(value: float | None) -> str:
-    return "" if value is None else f"{value:,.3f}"
+    return "" if value is None else fixed(value, 3)
 
 
-def _share(value: float | None) -> str:
-    return "" if value is None else f"{100 * value:.1f}%"
+def _pct(value: float | None) -> str:
+    return "" if value is None else fixed(value, 1, pct=True) + "%"
 
 
-def _summary_rows(summary: pl.DataFrame) -> list[tuple[str, str, str, str, str]]:
-    """``phase, steps, median s, p10–p90 s, share`` as text, one tuple per summary row."""
+def _summary_rows(summary: pl.DataFrame) -> list[tuple[str, ...]]:
+    """``phase, steps, median s, p10–p90 s, share, share p10–p90`` as text, one tuple per row."""
     return [
         (
             row["phase"],
             str(row["n_steps"]),
             _seconds(row["median_s"]),
             f"{_seconds(row['p10_s'])}–{_seconds(row['p90_s'])}",
-            _share(row["share"]),
+            _pct(row["share_median_pct"]),
+            ""
+            if row["share_p10_pct"] is None
+            else f"{_pct(row['share_p10_pct'])}–{_pct(row['share_p90_pct'])}",
         )
         for row in summary.iter_rows(named=True)
     ]
 
 
-SUMMARY_HEADER = ("phase", "steps", "median s", "p10–p90 s", "share of step")
+SUMMARY_HEADER = (
+    "phase",
+    "steps",
+    "median s",
+    "p10–p90 s",
+    "share of step (median over steps)",
+    "share p10–p90",
+)
+#: what the share column is, under the printed and the Markdown table
+SHARE_NOTE = (
+    "share of step: per step, a phase's seconds / the step's seconds; median and p10–p90 over "
+    "the steps it ran in (medians need not add up to 100%)"
+)
 
 
 def summary_title(times: pl.DataFrame) -> str:
@@ -71,8 +87,9 @@ def summary_markdown(summary: pl.DataFrame, title: str, note: str | None = None)
     lines += ["| " + " | ".join(row) + " |" for row in _summary_rows(summary)]
     lines += [
         "",
-        f"Seconds over the steps a phase ran in; share: its seconds over all steps / the steps' "
-        f"total (`{OTHER}`: the step's time no phase timer covers).",
+        f"Seconds over the steps a phase ran in. {SHARE_NOTE[0].upper()}{SHARE_NOTE[1:]}. "
+        f"`{OTHER}`: the step's time no phase timer covers. `<0.001`, `<0.1%`: nonzero, under "
+        "the column's last digit.",
         *([] if note is None else ["", f"Note: {note}."]),
     ]
     return "\n".join(lines) + "\n"
@@ -85,7 +102,7 @@ def summary_rich_table(summary: pl.DataFrame, title: str) -> Table:
 
     table = Table(
         title=title,
-        caption="share: a phase's seconds over all steps / the steps' total",
+        caption=SHARE_NOTE,
         header_style="bold",
     )
     for i, name in enumerate(SUMMARY_HEADER):
@@ -110,9 +127,12 @@ def write_csv_tables(
 def share_bars(times: pl.DataFrame, *, max_bars: int = 40) -> tuple[pl.DataFrame, pl.DataFrame]:
     """What the share figure draws, at most ``max_bars`` bars of consecutive steps.
 
-    ``shares``: ``bar, phase, share`` for every bar and phase (the bar's phase seconds over its
-    steps' total; phases in execution order, then :data:`~analysis.workload.verl_logs.OTHER`; each bar adds up to 1). ``bars``: ``bar, label`` (the step,
-    or ``first–last``), ``n_steps`` and the step time's ``median_s``, ``p10_s``, ``p90_s``.
+    ``shares``: ``bar, phase, share`` for every bar and phase: the phase's share of the step
+    (:func:`~analysis.workload.verl_logs.step_shares`, as a fraction), of a bin its mean over
+    the bin's steps (0 where the phase did not run); phases in execution order, then
+    :data:`~analysis.workload.verl_logs.OTHER`; each bar adds up to 1 (more where timers
+    overlap). ``bars``: ``bar, label`` (the step, or ``first–last``), ``n_steps`` and the step
+    time's ``median_s``, ``p10_s``, ``p90_s``.
     """
     totals = wl.step_totals(times)
     n = totals.height
@@ -125,7 +145,6 @@ def share_bars(times: pl.DataFrame, *, max_bars: int = 40) -> tuple[pl.DataFrame
             pl.col("step").min().alias("_first"),
             pl.col("step").max().alias("_last"),
             pl.len().alias("n_steps"),
-            pl.col("step_s").sum().alias("_total"),
             pl.col("step_s").median().alias("median_s"),
             pl.col("step_s").quantile(0.1, "linear").alias("p10_s"),
             pl.col("step_s").quantile(0.9, "linear").alias("p90_s"),
@@ -138,19 +157,14 @@ def share_bars(times: pl.DataFrame, *, max_bars: int = 40) -> tuple[pl.DataFrame
             .alias("label")
         )
     )
-    rows = wl.with_other(times)
-    other = [OTHER] if (rows["phase"] == OTHER).any() else []  # not seen without step timers
+    per_step = wl.step_shares(times).filter(pl.col("phase") != STEP)
+    other = [OTHER] if (per_step["phase"] == OTHER).any() else []  # not seen without step timers
     order = [*(p for p in wl.ordered_phases(times) if p != STEP), *other]
-    seconds = (
-        rows.join(binned.select("step", "bar"), on="step")
-        .group_by("bar", "phase")
-        .agg(pl.col("seconds").sum())
-    )
-    grid = bars.select("bar", "_total").join(pl.DataFrame({"phase": order}), how="cross")
+    grid = binned.select("step", "bar").join(pl.DataFrame({"phase": order}), how="cross")
     shares = wl.in_order(
-        grid.join(seconds, on=["bar", "phase"], how="left").with_columns(
-            (pl.col("seconds").fill_null(0.0) / pl.col("_total")).alias("share")
-        ),
+        grid.join(per_step, on=["step", "phase"], how="left")
+        .group_by("bar", "phase")
+        .agg((pl.col("share_pct").fill_null(0.0).mean() / 100).alias("share")),
         order,
         "bar",
     ).select("bar", "phase", "share")
@@ -175,8 +189,8 @@ def _colors(phases: list[str]) -> dict[str, str]:
 def phase_share_figure(shares: pl.DataFrame, bars: pl.DataFrame, out: Path) -> list[Path]:
     """Stacked bars: each phase's share of the step (adding up to 100%), step time on the right.
 
-    One bar per step, or per bin of consecutive steps when ``bars`` bins them (shares pooled over
-    the bin; the step time its median with p10–p90 whiskers). Always :data:`FIGURE_SIZE`.
+    One bar per step, or per bin of consecutive steps when ``bars`` bins them (the mean over the
+    bin of each step's share; the step time its median with p10–p90 whiskers). Always :data:`FIGURE_SIZE`.
     """
     import numpy as np
 
@@ -216,7 +230,11 @@ def phase_share_figure(shares: pl.DataFrame, bars: pl.DataFrame, out: Path) -> l
     n_steps = int(bars["n_steps"].sum())
     ax.set_title(
         f"Share of step time per phase (VeRL timers, {n_steps} steps)"
-        + ("\nbars: consecutive steps pooled; step time: median, p10–p90" if binned else ""),
+        + (
+            "\nbars: mean share over consecutive steps; step time: median, p10–p90"
+            if binned
+            else ""
+        ),
         fontsize=10,
     )
     handles, labels = ax.get_legend_handles_labels()

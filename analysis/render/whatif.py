@@ -10,6 +10,7 @@ from pathlib import Path
 import polars as pl
 
 from analysis.render.atomic import atomic_write
+from analysis.render.report_units import fixed
 from analysis.workload.whatif import ENERGY_RULE, OVERLAP, OVERLAP_FORMULA, WHOLE_STEP
 
 #: the run-level columns the Markdown table and the CLI show, with their headers
@@ -44,7 +45,7 @@ def format_seconds(value: float | None) -> str:
 
 
 def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{value:.1f}%"
+    return "–" if value is None else f"{fixed(value, 1, pct=True)}%"
 
 
 def _joules(value: float | None) -> str:

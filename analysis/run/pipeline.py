@@ -170,6 +170,8 @@ def _analyze(
         chunk_ops,
     )
     activity_dir = work / "activity" if len(edges) > 1 else None
+    # each file's capture end on the run's clock: where nsys closes ranges still open
+    ends = {t.label: t.duration_ns + offsets[t.label] for t in loaded if t.duration_ns is not None}
     attributed = attribute_buckets(
         ranges,
         pl.concat([t.ops.launch_threads for t in loaded]).unique(),
@@ -181,12 +183,13 @@ def _analyze(
         launch_warnings=_launch_warnings(loaded),
         activity_dir=activity_dir,
         thread_names=pl.concat([t.thread_names for t in loaded]),
+        capture_ends=ends,
     )
     warnings += attributed.warnings + _coverage_warnings(ranges, attributed)
     summary = _run_summary(
         attributed,
         loaded,
-        offsets,
+        (offsets, ends),
         warnings,
         n_ranges=ranges.height,
         n_buckets=len(edges),
@@ -258,13 +261,14 @@ def _buckets(
 def _run_summary(
     attributed: Attributed,
     loaded: Sequence[LoadedTrace],
-    offsets: dict[str, int],
+    clock: tuple[dict[str, int], dict[str, int]],
     warnings: list[str],
     *,
     n_ranges: int,
     n_buckets: int,
     power_files: list[str],
 ) -> RunSummary:
+    offsets, ends = clock  # each file's clock offset and capture end (None: unknown)
     return RunSummary(
         gpu=attributed.gpu,
         window_timeline=attributed.window_timeline,
@@ -284,7 +288,7 @@ def _run_summary(
                 clock_zero_utc_ns=t.clock_zero_utc_ns,
                 clock_offset_ns=offsets[t.label],
                 missing_tables=t.missing_tables,
-                capture_end_ns=None if t.duration_ns is None else t.duration_ns + offsets[t.label],
+                capture_end_ns=ends.get(t.label),
             )
             for t in loaded
         ],

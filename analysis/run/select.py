@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -74,9 +73,8 @@ def select_steps(analysis: Analysis, spec: str | StepSpec) -> Analysis:
     """``analysis`` restricted to the steps ``spec`` selects (see the module's docstring).
 
     The result shares ``analysis``'s temporary files: closing either removes them. A spec that
-    matches no step, or an analysis without its whole GPU activity table (an analysis folder read
-    back by :func:`analysis.render.files.load_analysis` keeps three columns), is an
-    :class:`InputError`.
+    matches no step, or an analysis without its GPU activity table (a folder whose
+    ``gpu_activity.parquet`` is gone), is an :class:`InputError`.
     """
     spec = parse_steps(spec) if isinstance(spec, str) else spec
     available = available_steps(analysis)
@@ -110,17 +108,10 @@ def select_steps(analysis: Analysis, spec: str | StepSpec) -> Analysis:
     )
 
 
-def select_run(run: Analysis, spec: str | StepSpec, folder: Path | None = None) -> Analysis:
-    """:func:`select_steps` on a run handed over: ``run`` is closed when the selection fails.
-
-    ``folder``: the analysis folder ``run`` was read back from; its whole
-    ``gpu_activity.parquet`` is scanned (lazily), as ``load_analysis`` keeps three columns.
-    """
+def select_run(run: Analysis, spec: str | StepSpec) -> Analysis:
+    """:func:`select_steps` on a run handed over: ``run`` is closed when the selection fails."""
     with ExitStack() as on_error:
         on_error.callback(run.close)
-        activity = folder / "gpu_activity.parquet" if folder is not None else None
-        if activity is not None and activity.exists():
-            run = dataclasses.replace(run, gpu_activity=pl.scan_parquet(activity))
         selected = select_steps(run, spec)
         on_error.pop_all()
     return selected

@@ -32,6 +32,7 @@ import polars as pl
 
 from analysis.errors import InputError, WorkloadInputError
 from analysis.model import WINDOW, Analysis
+from analysis.render.report_units import duration, fixed
 
 MIN_SCORED_S = 0.001
 """Logged stage times below this (seconds) are reported but not scored in the overall accuracy."""
@@ -325,26 +326,31 @@ def _pair_list(pairs: list[list]) -> str:
 def to_markdown(summary: dict, *, warning: bool = True) -> str:
     """The per-stage table and the overall accuracy.
 
+    Times in the unit that reads best (``15.26 µs``, ``33.12 s``: 4 significant digits);
+    percentages to 0.01, a nonzero one under that as ``<0.01`` (``+<0.01``), never ``0.00``,
+    and one below 100 never as ``100.00`` (:func:`analysis.render.report_units.fixed`).
+
     ``warning``: start with :func:`mismatch_warning`'s line, when there is one.
     """
     mismatch = mismatch_warning(summary) if warning else None
     lines = [f"**Warning:** {mismatch[0].upper()}{mismatch[1:]}.", ""] if mismatch else []
     lines += [
-        "| stage | steps | logged s (mean) | trace s (mean) | error % (mean) | |error| % | accuracy % |",
-        "|---|---|---|---|---|---|---|",
+        "| stage | steps | logged (mean) | trace (mean) | error % (mean) | |error| % | accuracy % |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     unscored = set(summary.get("unscored_stages", []))
     for stage, row in summary["stages"].items():
-        accuracy = "not scored" if stage in unscored else f"{row['accuracy_pct']:.2f}"
+        accuracy = "not scored" if stage in unscored else fixed(row["accuracy_pct"], 2, pct=True)
         lines.append(
-            f"| {stage} | {row['n_steps']} | {row['mean_logged_s']:.4f} | {row['mean_trace_s']:.4f} | "
-            f"{row['mean_error_pct']:+.2f} | {row['mean_abs_error_pct']:.2f} | {accuracy} |"
+            f"| {stage} | {row['n_steps']} | {duration(row['mean_logged_s'])} | "
+            f"{duration(row['mean_trace_s'])} | {fixed(row['mean_error_pct'], 2, sign=True)} | "
+            f"{fixed(row['mean_abs_error_pct'], 2)} | {accuracy} |"
         )
     overall = summary["overall_accuracy_pct"]
     scored_pairs = summary.get("n_scored_pairs", summary["n_pairs"])
     lines += [
         "",
-        f"Overall accuracy: {overall:.2f}% over {scored_pairs} (step, stage) pairs"
+        f"Overall accuracy: {fixed(overall, 2, pct=True)}% over {scored_pairs} (step, stage) pairs"
         if overall is not None
         else "No step matched (or none logged at or above 1 ms).",
     ]

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import polars as pl
 
+from analysis.aggregate.shares import share_over_steps
 from analysis.errors import InputError, WorkloadInputError
 
 #: timer key prefixes, newest first (``timing_s/`` wins over ``timing/`` for a step)
@@ -339,26 +340,52 @@ def with_other(times: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([times.filter(pl.col("phase") != STEP).select(other.columns), other])
 
 
-def phase_summary(times: pl.DataFrame) -> pl.DataFrame:
-    """Per phase (execution order), then :data:`OTHER` and ``step``: its seconds per step.
+def step_shares(times: pl.DataFrame) -> pl.DataFrame:
+    """Per step: each phase, :data:`OTHER` and ``step``, its ``seconds`` and share of the step.
 
-    ``n_steps``, ``median_s``, ``p10_s``, ``p90_s`` over the steps it ran in; ``share``: its
-    seconds over all steps / the steps' total (the phases and other add up to 1).
+    Columns ``step, phase, seconds, step_s, share_pct``; ``share_pct`` = the phase's seconds /
+    the step's seconds × 100, the definition of :mod:`analysis.aggregate.shares` on VeRL's
+    timers (null where the step's time is 0). A step's phases and other add up to 100% (more
+    where timers overlap). Rows only where the phase ran (:data:`OTHER` not where unseen).
     """
     totals = step_totals(times)
-    total = float(totals["step_s"].sum())
     whole = totals.select("step", pl.lit(STEP).alias("phase"), pl.col("step_s").alias("seconds"))
-    rows = pl.concat([with_other(times), whole])
-    order = [*(p for p in ordered_phases(times) if p != STEP), OTHER, STEP]
-    summary = (
-        rows.group_by("phase")
-        .agg(
-            pl.len().alias("n_steps"),
-            pl.col("seconds").median().alias("median_s"),
-            pl.col("seconds").quantile(0.1, "linear").alias("p10_s"),
-            pl.col("seconds").quantile(0.9, "linear").alias("p90_s"),
-            (pl.col("seconds").sum() / total if total > 0 else pl.lit(None)).alias("share"),
-        )
-        .cast({"n_steps": pl.Int64, "share": pl.Float64})
+    rows = pl.concat([with_other(times), whole]).join(
+        totals.select("step", "step_s"), on="step", how="left"
     )
-    return in_order(summary, order)
+    share = pl.when(pl.col("step_s") > 0).then(pl.col("seconds") / pl.col("step_s") * 100)
+    order = [*(p for p in ordered_phases(times) if p != STEP), OTHER, STEP]
+    return in_order(rows.with_columns(share.alias("share_pct")), order, "step")
+
+
+def phase_summary(times: pl.DataFrame) -> pl.DataFrame:
+    """Per phase (execution order), then :data:`OTHER` and ``step``: seconds and share of step.
+
+    ``n_steps``, ``median_s``, ``p10_s``, ``p90_s``: its seconds over the steps it ran in;
+    ``share_median_pct``, ``share_p10_pct``, ``share_p90_pct``: its share of the step
+    (:func:`step_shares`), median and p10–p90 over those steps, as
+    :func:`analysis.aggregate.shares.share_over_steps` summarizes every share.
+    """
+    shares = step_shares(times)
+    order = [*(p for p in ordered_phases(times) if p != STEP), OTHER, STEP]
+    seconds = shares.group_by("phase").agg(
+        pl.len().cast(pl.Int64).alias("n_steps"),
+        pl.col("seconds").median().alias("median_s"),
+        pl.col("seconds").quantile(0.1, "linear").alias("p10_s"),
+        pl.col("seconds").quantile(0.9, "linear").alias("p90_s"),
+    )
+    # one summary of a share over steps for traces and logs alike (median, p10–p90, linear)
+    over = share_over_steps(
+        shares.select(
+            pl.col("phase").alias("canonical"),
+            pl.lit(0, pl.Int64).alias("start_ns"),
+            pl.col("share_pct").alias("time_share_pct"),
+            pl.lit(None, pl.Float64).alias("energy_share_pct"),
+        )
+    ).select(
+        pl.col("canonical").alias("phase"),
+        pl.col("time_share_median").alias("share_median_pct"),
+        pl.col("time_share_p10").alias("share_p10_pct"),
+        pl.col("time_share_p90").alias("share_p90_pct"),
+    )
+    return in_order(seconds.join(over, on="phase", how="left"), order)

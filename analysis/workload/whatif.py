@@ -15,6 +15,8 @@ Inputs are :class:`WhatIfInputs`: the phase times (a run's driver/window phases,
 ``phase_times.csv`` from VeRL's logs, which carries times only) and, where measured, per-GPU
 busy time, per-rank generation ends, length records and power. A bound without its data is a
 row with a null ``bound_s`` whose assumption says ``not available: why``; nothing is invented.
+A step with a range cut at the capture's end has no true time: the inputs leave it out, and
+``WhatIfInputs.left_out`` says which and why.
 """
 
 from __future__ import annotations
@@ -127,6 +129,9 @@ class WhatIfInputs:
     source: str
     #: steps whose wall is the sum of their phases (a log without a step timer)
     summed_steps: tuple[int, ...] = ()
+    #: one line per step left out of every bound, naming it and why (a range of it cut at the
+    #: capture's end: no true time); those steps are in none of the frames above
+    left_out: tuple[str, ...] = ()
 
 
 # --- the bounds ----------------------------------------------------------------------------------
