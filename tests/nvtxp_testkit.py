@@ -171,3 +171,15 @@ def csv_rows(path: Path) -> list[dict[str, str]]:
     """A CSV file's rows as text, with the standard library (no Polars on the checking side)."""
     with path.open(newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
+
+
+def displayed(value: float, digits: int, pct: bool = False) -> str:
+    """The display rule (README), written apart from the tool's: exact zero "0"; a nonzero value
+    under the last digit "<0.01"; a percentage that is not 100 never "100" (more decimals)."""
+    if value == 0:
+        return "0"
+    if round(value, digits) == 0:
+        return ("-" if value < 0 else "") + "<" + f"{10.0**-digits:.{digits}f}"
+    while pct and value != 100 and round(value, digits) == 100 and digits < 3:
+        digits += 1
+    return f"{value:,.{digits}f}"

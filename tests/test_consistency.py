@@ -25,6 +25,7 @@ import pytest
 from nvtxp_testkit import REPO, SAMPLES, shared_trace
 from nvtxp_testkit import brute_quantile as quantile
 from nvtxp_testkit import csv_rows as read_rows
+from nvtxp_testkit import displayed as shown
 
 VERL_RUN = REPO / "tests" / "data" / "verl_cpu_run" / "verl_grpo.sqlite"
 
@@ -234,18 +235,6 @@ def terminal_rows(text: str) -> list[dict[str, str]]:
                 continue
             rows.append({"group": group, **dict(zip(header, cells, strict=True))})
     return rows
-
-
-def shown(value: float, digits: int, pct: bool = False) -> str:
-    """The display rule (README): exact zero "0"; a nonzero value under the last digit "<0.01";
-    a percentage that is not 100 never "100" (more decimals)."""
-    if value == 0:
-        return "0"
-    if round(value, digits) == 0:
-        return ("-" if value < 0 else "") + "<" + f"{10.0**-digits:.{digits}f}"
-    while pct and value != 100 and round(value, digits) == 100 and digits < 3:
-        digits += 1
-    return f"{value:,.{digits}f}"
 
 
 def ms(ns: str) -> str:

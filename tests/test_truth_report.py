@@ -21,6 +21,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from nvtxp_testkit import SAMPLES, shared_trace
+from nvtxp_testkit import displayed as shown_as
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -149,18 +150,6 @@ def rows_of(table, group: str) -> dict[tuple[str, str], dict[str, str]]:
         if inside and row[0] not in ("", "…"):
             out[(row[0], row[1])] = dict(zip(headers, row, strict=True))
     return out
-
-
-def shown_as(value: float, digits: int, pct: bool = False) -> str:
-    """The display rule (README): exact zero "0", a nonzero value under the last digit "<0.01",
-    a percentage that is not 100 never "100"."""
-    if value == 0:
-        return "0"
-    if round(value, digits) == 0:
-        return ("-" if value < 0 else "") + "<" + f"{10.0**-digits:.{digits}f}"
-    while pct and value != 100 and round(value, digits) == 100 and digits < 3:
-        digits += 1
-    return f"{value:,.{digits}f}"
 
 
 def ms(ns: float) -> str:

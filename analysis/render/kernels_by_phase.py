@@ -45,15 +45,14 @@ def write_kernels_by_phase(
 def kernel_sections(analysis: Analysis, folder: str | Path | None) -> list[Section]:
     """The report's section (none when no phase ran a kernel).
 
-    Computed from the analysis's GPU activity (traces, or a folder's lazily scanned
-    ``gpu_activity.parquet``); without it, read from ``folder``'s ``kernels_by_phase.csv``.
+    A whole run's folder: its ``kernels_by_phase.csv`` (already computed; no scan of a
+    possibly huge activity file). Otherwise (traces, a step selection, a folder from before
+    that table) computed from the analysis's GPU activity, when it has one.
     """
-    if has_kernel_columns(analysis):
-        table: pl.DataFrame | None = kernels_by_phase(
-            analysis.gpu_activity, analysis.phases, top=REPORT_KERNELS
-        )
-    else:
-        table = read_kernels_by_phase(folder) if folder is not None else None
+    whole_run = analysis.summary.selection is None
+    table = read_kernels_by_phase(folder) if folder is not None and whole_run else None
+    if table is None and has_kernel_columns(analysis):
+        table = kernels_by_phase(analysis.gpu_activity, analysis.phases, top=REPORT_KERNELS)
     section = top_kernels_section(table) if table is not None else None
     return [section] if section is not None else []
 
