@@ -1,8 +1,8 @@
 """Post-processing side of nvtx-phases: Nsight Systems SQLite exports → per-step, per-phase tables.
 
-The public API (names load on first use, so ``import analysis.errors`` stays cheap)::
+The public API (names load on first use, so ``import nvtx_phases.analysis.errors`` stays cheap)::
 
-    from analysis import analyze, write_outputs, load_analysis
+    from nvtx_phases.analysis import analyze, write_outputs, load_analysis
 
     with analyze(["rank0.sqlite", "rank1.sqlite"]) as result:
         result.phases                   # one row per phase range (Polars DataFrame)
@@ -23,30 +23,30 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from analysis.errors import (
+    from .errors import (
         AnalysisError,
         MissingColumns,
         NotAnNsysExport,
         NothingToAnalyze,
         TraceReadError,
     )
-    from analysis.model import PROJECTION, WINDOW, Analysis, RunSummary
-    from analysis.render.files import load_analysis, write_outputs
-    from analysis.run.pipeline import analyze
+    from .model import PROJECTION, WINDOW, Analysis, RunSummary
+    from .render.files import load_analysis, write_outputs
+    from .run.pipeline import analyze
 
 _EXPORTS = {
-    "analyze": "analysis.run.pipeline",
-    "write_outputs": "analysis.render.files",
-    "load_analysis": "analysis.render.files",
-    "Analysis": "analysis.model",
-    "RunSummary": "analysis.model",
-    "PROJECTION": "analysis.model",
-    "WINDOW": "analysis.model",
-    "AnalysisError": "analysis.errors",
-    "MissingColumns": "analysis.errors",
-    "NotAnNsysExport": "analysis.errors",
-    "NothingToAnalyze": "analysis.errors",
-    "TraceReadError": "analysis.errors",
+    "analyze": ".run.pipeline",
+    "write_outputs": ".render.files",
+    "load_analysis": ".render.files",
+    "Analysis": ".model",
+    "RunSummary": ".model",
+    "PROJECTION": ".model",
+    "WINDOW": ".model",
+    "AnalysisError": ".errors",
+    "MissingColumns": ".errors",
+    "NotAnNsysExport": ".errors",
+    "NothingToAnalyze": ".errors",
+    "TraceReadError": ".errors",
 }
 
 __all__ = [
@@ -69,5 +69,5 @@ def __getattr__(name: str) -> Any:
     """Load a public name from its module on first use (PEP 562)."""
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'analysis' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module, __name__), name)

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import polars as pl
 
-from analysis.errors import SavedAnalysisError
+from .errors import SavedAnalysisError
 
 #: The two attribution schemes (column ``attribution`` of the phase table). *projection*: an
 #: operation belongs to the ranges enclosing its launching CUDA call on the same thread (NVIDIA's

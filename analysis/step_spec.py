@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from analysis.errors import InputError
+from .errors import InputError
 
 _ITEM = re.compile(r"^\s*(\d+)?\s*(:)?\s*(\d+)?\s*$")
 

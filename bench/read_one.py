@@ -17,9 +17,8 @@ import time
 from pathlib import Path
 
 import polars as pl
-
-from analysis.read import specs as T
-from analysis.read.export import sqlite_readonly_uri
+from nvtx_phases.analysis.read import specs as T
+from nvtx_phases.analysis.read.export import sqlite_readonly_uri
 
 SPECS = (T.KERNELS, T.RUNTIME, T.NVTX_EVENTS, T.MEMCPY)
 
@@ -90,7 +89,7 @@ def read_python_rows(path: Path) -> int:
 
 def _slice_jobs(path: Path, pieces: int) -> list[tuple[str, tuple[int, int] | None]]:
     """(SELECT, rowid slice) for every table ``analyze`` reads, big ones cut in ``pieces``."""
-    from analysis.read.export import Export
+    from nvtx_phases.analysis.read.export import Export
 
     export = Export(path)
     try:

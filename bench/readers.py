@@ -12,10 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from nvtx_phases.analysis.synth.build import SynthConfig, generate
 from rich.console import Console
 from rich.table import Table
-
-from analysis.synth.build import SynthConfig, generate
 
 OUT = Path("bench_out")
 

@@ -31,10 +31,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from nvtx_phases.analysis.normalize.events import OP_TABLES
+from nvtx_phases.analysis.synth.build import SynthConfig, generate
 from rich.console import Console
 
-from analysis.normalize.events import OP_TABLES
-from analysis.synth.build import SynthConfig, generate
 from bench.memcap import Cap, memory_cap
 from bench.report import print_results
 from bench.scale import replicate
@@ -102,7 +102,17 @@ def timed(command: list[str], *, cap: Cap | None = None, check: bool = True) -> 
 
 def analyze_command(path: Path, out: str, *extra: str) -> list[str]:
     """``nvtx-phases analyze`` on one export, quiet (figures unless ``--no-figures`` in extra)."""
-    return [sys.executable, "-m", "analysis.cli", "analyze", str(path), "--out", out, "-q", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "nvtx_phases.analysis.cli",
+        "analyze",
+        str(path),
+        "--out",
+        out,
+        "-q",
+        *extra,
+    ]
 
 
 def nsys_command(nsys: str, copy: Path, out: str) -> list[str]:

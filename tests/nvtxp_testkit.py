@@ -15,11 +15,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
-from analysis.attribute.buckets import Bucket, attribute_buckets
-from analysis.attribute.phase_map import PhaseMap
-from analysis.model import THREAD, Analysis, RunSummary
-from analysis.normalize.launches import CallIndex, duplicate_warning, orphan_warning
+from nvtx_phases.analysis.attribute.buckets import Bucket, attribute_buckets
+from nvtx_phases.analysis.attribute.phase_map import PhaseMap
+from nvtx_phases.analysis.model import THREAD, Analysis, RunSummary
+from nvtx_phases.analysis.normalize.launches import CallIndex, duplicate_warning, orphan_warning
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "traces_sample"

@@ -7,10 +7,7 @@ import json
 
 import polars as pl
 import pytest
-from nvtxp_testkit import SAMPLES, shared_trace
-
-import analysis
-from analysis import (
+from nvtx_phases.analysis import (
     WINDOW,
     Analysis,
     NothingToAnalyze,
@@ -19,6 +16,9 @@ from analysis import (
     load_analysis,
     write_outputs,
 )
+from nvtxp_testkit import SAMPLES, shared_trace
+
+from nvtx_phases import analysis
 
 SAMPLE = SAMPLES / "grpo_synthetic.sqlite"
 
@@ -94,7 +94,7 @@ def test_public_names_load_lazily():
 
 
 def test_analyze_to_writes_what_the_command_writes(tmp_path):
-    from analysis.jobs import analyze_to
+    from nvtx_phases.analysis.jobs import analyze_to
 
     with analyze_to([SAMPLE], tmp_path / "run") as done:
         assert done.analysis.summary.gpu.n_gpu_ops == 1349

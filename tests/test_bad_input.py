@@ -6,11 +6,10 @@ import sqlite3
 
 import polars as pl
 import pytest
-
-from analysis.errors import MissingColumns, NotAnNsysExport, TraceReadError
-from analysis.read.export import read_export
-from analysis.run.pipeline import analyze
-from analysis.synth.build import SynthConfig, generate
+from nvtx_phases.analysis.errors import MissingColumns, NotAnNsysExport, TraceReadError
+from nvtx_phases.analysis.read.export import read_export
+from nvtx_phases.analysis.run.pipeline import analyze
+from nvtx_phases.analysis.synth.build import SynthConfig, generate
 
 
 @pytest.fixture
@@ -140,7 +139,7 @@ def test_unicode_and_markup_range_names_survive(tmp_path, small_run):
         con.execute(
             "UPDATE NVTX_EVENTS SET text = 'génération [bold]<script>' WHERE text = 'generate_sequences'"
         )
-    from analysis.attribute.phase_map import default_phase_map
+    from nvtx_phases.analysis.attribute.phase_map import default_phase_map
 
     result = analyze([named], phase_map=default_phase_map().with_all_ranges())
     assert "génération [bold]<script>" in result.phases["phase"].to_list()

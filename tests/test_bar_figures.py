@@ -8,8 +8,8 @@ import numpy as np
 import polars as pl
 import pytest
 from matplotlib.patches import Rectangle
+from nvtx_phases.analysis.render import figures
 
-from analysis.render import figures
 from nvtx_phases.naming import phase_color
 
 MS = 1_000_000

@@ -4,11 +4,10 @@ import sys
 
 import polars as pl
 import pytest
+from nvtx_phases.analysis.aggregate.activity_writer import ActivityWriter
+from nvtx_phases.analysis.errors import OutputError
+from nvtx_phases.analysis.run.pipeline import analyze, bucket_edges
 from nvtxp_testkit import SAMPLES, SPLIT_SAMPLE, assert_same_analysis, shared_trace
-
-from analysis.aggregate.activity_writer import ActivityWriter
-from analysis.errors import OutputError
-from analysis.run.pipeline import analyze, bucket_edges
 
 
 @pytest.mark.parametrize(
@@ -61,10 +60,9 @@ def test_spilled_reads_in_a_process_pool_equal_one_pass(tmp_path):
 
 
 def test_bucketed_activity_is_one_file_copied_whole_or_streamed_when_filtered(tmp_path):
+    from nvtx_phases.analysis.render.files import write_outputs
+    from nvtx_phases.analysis.run.select import select_steps
     from polars.testing import assert_frame_equal
-
-    from analysis.render.files import write_outputs
-    from analysis.run.select import select_steps
 
     sample = SAMPLES / "grpo_synthetic.sqlite"
     with analyze([sample]) as whole, analyze([sample], chunk_ops=300, spill_dir=tmp_path) as parts:

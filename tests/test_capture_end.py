@@ -8,8 +8,8 @@ capture's duration (5.23 s traced for a step VeRL timed at 1.33 s).
 import shutil
 import sqlite3
 
-from analysis.normalize.events import nvtx_ranges
-from analysis.read.export import read_export
+from nvtx_phases.analysis.normalize.events import nvtx_ranges
+from nvtx_phases.analysis.read.export import read_export
 
 CPU = "traces_sample/cpu_rl_step_nsys2022.4.sqlite"  # a real nsys 2022.4 capture
 

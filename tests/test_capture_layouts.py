@@ -21,9 +21,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from nvtx_phases.analysis.run.pipeline import analyze
 from workloads import ranks_steps, verl_builtin_profiler
-
-from analysis.run.pipeline import analyze
 
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
 MS = 1_000_000

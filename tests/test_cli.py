@@ -2,10 +2,9 @@ import json
 
 import polars as pl
 import pytest
+from nvtx_phases.analysis.cli import app
 from nvtxp_testkit import SAMPLES
 from typer.testing import CliRunner
-
-from analysis.cli import app
 
 runner = CliRunner()
 
@@ -140,7 +139,7 @@ def test_help_imports_neither_polars_nor_matplotlib():
 
 
 def test_jobs_read_a_run_from_its_folder_or_its_traces(tmp_path):
-    from analysis.jobs import Reporter, analysis_folder, analyze_to, open_run
+    from nvtx_phases.analysis.jobs import Reporter, analysis_folder, analyze_to, open_run
 
     trace = SAMPLES / "grpo_synthetic.sqlite"
     stages: list[str] = []

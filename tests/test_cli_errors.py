@@ -14,10 +14,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from nvtx_phases.analysis.cli import app
 from nvtxp_testkit import SAMPLES, shared_trace
 from typer.testing import CliRunner
-
-from analysis.cli import app
 
 runner = CliRunner()
 H100 = "nsysai_h100_2gpu_1s.sqlite"
@@ -414,12 +413,12 @@ def test_error_with_brackets_is_printed_verbatim(tmp_path):
 
 
 def test_a_bug_is_one_line_asking_for_a_report(tmp_path, monkeypatch):
-    import analysis.synth.build
+    import nvtx_phases.analysis.synth.build as build
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("boom\n  on two lines")
 
-    monkeypatch.setattr(analysis.synth.build, "generate", broken)
+    monkeypatch.setattr(build, "generate", broken)
     result = runner.invoke(app, ["synth", str(tmp_path / "x.sqlite")])
     assert result.exit_code == 1
     assert one_error_line(result.stderr) == (

@@ -9,13 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from nvtx_phases.analysis.cli import app
+from nvtx_phases.analysis.errors import AnalysisError
+from nvtx_phases.analysis.run.clocks import WINDOW_SLACK_NS, check_combinable
+from nvtx_phases.analysis.run.load import load_trace
 from nvtxp_testkit import SAMPLES, shared_trace
 from typer.testing import CliRunner
-
-from analysis.cli import app
-from analysis.errors import AnalysisError
-from analysis.run.clocks import WINDOW_SLACK_NS, check_combinable
-from analysis.run.load import load_trace
 
 S = 1_000_000_000
 T0 = 1_790_000_000 * S  # 2026-09-21 14:13:20 UTC

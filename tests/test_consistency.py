@@ -34,7 +34,7 @@ def run_cli(*args: str) -> str:
     """``nvtx-phases ARGS`` in its own process (a wide terminal: one line per table header)."""
     env = {**os.environ, "COLUMNS": "400", "NVTX_PHASES_DRAW_WORKERS": "0"}
     done = subprocess.run(
-        [sys.executable, "-m", "analysis.cli", *args],
+        [sys.executable, "-m", "nvtx_phases.analysis.cli", *args],
         cwd=REPO,
         env=env,
         capture_output=True,

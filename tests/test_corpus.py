@@ -9,10 +9,9 @@ import shutil
 import sqlite3
 
 import pytest
+from nvtx_phases.analysis.cli import app
+from nvtx_phases.analysis.synth.build import SynthConfig, generate
 from typer.testing import CliRunner
-
-from analysis.cli import app
-from analysis.synth.build import SynthConfig, generate
 
 runner = CliRunner()
 

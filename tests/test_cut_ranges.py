@@ -22,14 +22,13 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from nvtx_phases.analysis.attribute.buckets import mark_cut
+from nvtx_phases.analysis.render.files import load_analysis
+from nvtx_phases.analysis.render.report import phase_summary
+from nvtx_phases.analysis.render.report_findings import what_stands_out
 from nvtxp_testkit import REPO, SAMPLES
 from nvtxp_testkit import brute_quantile as quantile
 from nvtxp_testkit import csv_rows as read_rows
-
-from analysis.attribute.buckets import mark_cut
-from analysis.render.files import load_analysis
-from analysis.render.report import phase_summary
-from analysis.render.report_findings import what_stands_out
 
 VERL = REPO / "tests" / "data" / "verl_cpu_run" / "verl_grpo.sqlite"
 SAMPLE = SAMPLES / "grpo_synthetic.sqlite"
@@ -42,7 +41,7 @@ def cli(*args: str, cwd: Path = REPO, ok: bool = True) -> subprocess.CompletedPr
     env = {**os.environ, "COLUMNS": "1000", "NVTX_PHASES_DRAW_WORKERS": "0"}
     env.pop("PYTHONPATH", None)
     done = subprocess.run(
-        [sys.executable, "-m", "analysis.cli", *args],
+        [sys.executable, "-m", "nvtx_phases.analysis.cli", *args],
         cwd=cwd,
         env=env,
         capture_output=True,

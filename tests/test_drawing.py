@@ -4,10 +4,9 @@ import os
 import time
 
 import pytest
+from nvtx_phases.analysis.cli import app
+from nvtx_phases.analysis.render.drawing import WORKERS_ENV, Drawing, FigureTask, default_workers
 from typer.testing import CliRunner
-
-from analysis.cli import app
-from analysis.render.drawing import WORKERS_ENV, Drawing, FigureTask, default_workers
 
 TASK = "drawing_tasks:write_pid"
 SAMPLE = "traces_sample/grpo_synthetic.sqlite"

@@ -5,24 +5,23 @@ import shutil
 
 import polars as pl
 import pytest
-from nvtxp_testkit import SAMPLES
-from typer.testing import CliRunner
-
-from analysis.attribute.hierarchy import build_hierarchy
-from analysis.attribute.phase_map import default_phase_map
-from analysis.cli import app
-from analysis.energy import balance, samples
-from analysis.energy import phases as energy
-from analysis.energy.samples import (
+from nvtx_phases.analysis.attribute.hierarchy import build_hierarchy
+from nvtx_phases.analysis.attribute.phase_map import default_phase_map
+from nvtx_phases.analysis.cli import app
+from nvtx_phases.analysis.energy import balance, samples
+from nvtx_phases.analysis.energy import phases as energy
+from nvtx_phases.analysis.energy.samples import (
     AVERAGED_POWER_WARNING,
     PowerData,
     align,
     cumulative_energy,
     load_samples,
 )
-from analysis.run.load import load_trace
-from analysis.run.pipeline import analyze, device_aliases
-from analysis.synth.build import SynthConfig, generate
+from nvtx_phases.analysis.run.load import load_trace
+from nvtx_phases.analysis.run.pipeline import analyze, device_aliases
+from nvtx_phases.analysis.synth.build import SynthConfig, generate
+from nvtxp_testkit import SAMPLES
+from typer.testing import CliRunner
 
 CFG = SynthConfig(steps=3, ranks=2, kernels_per_phase=16, seed=5)
 

@@ -19,11 +19,8 @@ import json
 import numpy as np
 import polars as pl
 import pytest
-from nvtxp_testkit import SAMPLES
-from typer.testing import CliRunner
-
-from analysis.cli import app
-from analysis.energy.envelope import (
+from nvtx_phases.analysis.cli import app
+from nvtx_phases.analysis.energy.envelope import (
     COUNTER,
     RAMP_READINGS,
     READING,
@@ -31,12 +28,14 @@ from analysis.energy.envelope import (
     envelope,
     power_envelope,
 )
-from analysis.render.files import MANIFEST
-from analysis.run.pipeline import analyze
-from analysis.synth import SynthConfig, generate
-from analysis.synth.config import GRPO_PHASES
-from analysis.synth.constants import PHASE_POWER_W
-from analysis.synth.model import GrpoBuilder
+from nvtx_phases.analysis.render.files import MANIFEST
+from nvtx_phases.analysis.run.pipeline import analyze
+from nvtx_phases.analysis.synth import SynthConfig, generate
+from nvtx_phases.analysis.synth.config import GRPO_PHASES
+from nvtx_phases.analysis.synth.constants import PHASE_POWER_W
+from nvtx_phases.analysis.synth.model import GrpoBuilder
+from nvtxp_testkit import SAMPLES
+from typer.testing import CliRunner
 
 CFG = SynthConfig(steps=2, ranks=2, kernels_per_phase=8, seed=11, lengths=False)
 READ_NS = CFG.power_interval_ns
@@ -271,7 +270,7 @@ def test_sample_run_writes_power_envelope_csv(tmp_path):
 
 
 def test_union_of_sorted_is_numpys_unique_of_the_concatenation():
-    from analysis.energy.envelope import _union_of_sorted
+    from nvtx_phases.analysis.energy.envelope import _union_of_sorted
 
     a = np.array([1, 3, 5, 7, 9], dtype=np.int64)
     b = np.array([2, 3, 4, 9, 11], dtype=np.int64)

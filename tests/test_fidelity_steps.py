@@ -3,10 +3,14 @@
 import sqlite3
 
 import pytest
-
-from analysis.run.pipeline import analyze
-from analysis.synth.build import SynthConfig, generate
-from analysis.workload.fidelity import align_steps, compare_with_log, read_verl_log, to_markdown
+from nvtx_phases.analysis.run.pipeline import analyze
+from nvtx_phases.analysis.synth.build import SynthConfig, generate
+from nvtx_phases.analysis.workload.fidelity import (
+    align_steps,
+    compare_with_log,
+    read_verl_log,
+    to_markdown,
+)
 
 OFFSETS = {"gen": 0.10, "old_log_prob": -0.05, "update_actor": 0.02, "step": 0.0}
 
@@ -178,7 +182,7 @@ def test_a_step_range_cut_at_the_capture_end_is_not_scored(runs, tmp_path):
 
 
 def test_same_run_check_quiet_on_one_run_and_names_what_differs(runs, tmp_path):
-    from analysis.workload.fidelity import mismatch_warning
+    from nvtx_phases.analysis.workload.fidelity import mismatch_warning
 
     numbered, _, _ = runs
     times = _window_times(numbered)

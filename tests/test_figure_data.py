@@ -17,12 +17,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from nvtx_phases.analysis.cli import app
+from nvtx_phases.analysis.render.files import MANIFEST
+from nvtx_phases.analysis.synth.ray import RayConfig, generate_ray
 from nvtxp_testkit import SAMPLES, shared_trace
 from typer.testing import CliRunner
-
-from analysis.cli import app
-from analysis.render.files import MANIFEST
-from analysis.synth.ray import RayConfig, generate_ray
 
 SAMPLE = SAMPLES / "grpo_synthetic.sqlite"
 CAP = 4096

@@ -7,34 +7,33 @@ import sqlite3
 from dataclasses import replace
 
 import numpy as np
+import nvtx_phases.analysis.aggregate.gpu_metrics as agg
 import polars as pl
 import pytest
-from polars.testing import assert_frame_equal
-
-import analysis.aggregate.gpu_metrics as agg
-from analysis import analyze
-from analysis.aggregate.gpu_metrics import (
+from nvtx_phases.analysis import analyze
+from nvtx_phases.analysis.aggregate.gpu_metrics import (
     TABLE_SCHEMA,
     gpu_metrics_per_phase,
     projection_devices,
 )
-from analysis.model import PROJECTION, WINDOW
-from analysis.normalize.gpu_metrics import (
+from nvtx_phases.analysis.model import PROJECTION, WINDOW
+from nvtx_phases.analysis.normalize.gpu_metrics import (
     read_gpu_metrics,
     read_run_gpu_metrics,
     split_metric_name,
 )
-from analysis.render.gpu_metrics import CSV_NAME, write_gpu_metrics_csv
-from analysis.synth import SynthConfig, generate
-from analysis.synth.config import WORKER_PID0
-from analysis.synth.constants import US
-from analysis.synth.gpu_metrics import (
+from nvtx_phases.analysis.render.gpu_metrics import CSV_NAME, write_gpu_metrics_csv
+from nvtx_phases.analysis.synth import SynthConfig, generate
+from nvtx_phases.analysis.synth.config import WORKER_PID0
+from nvtx_phases.analysis.synth.constants import US
+from nvtx_phases.analysis.synth.gpu_metrics import (
     DEFAULT_MODEL,
     GpuMetricsConfig,
     generate_with_gpu_metrics,
     gpu_uuid,
 )
-from analysis.synth.model import GrpoBuilder
+from nvtx_phases.analysis.synth.model import GrpoBuilder
+from polars.testing import assert_frame_equal
 
 CFG = SynthConfig(power=False, lengths=False)
 METRICS = {"SM Active", "Tensor Active", "DRAM Read Bandwidth"}  # the model's, read by default

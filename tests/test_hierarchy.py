@@ -1,8 +1,7 @@
 import polars as pl
-
-from analysis.attribute.hierarchy import build_hierarchy
-from analysis.attribute.phase_map import default_phase_map
-from analysis.normalize.events import RANGES_SCHEMA
+from nvtx_phases.analysis.attribute.hierarchy import build_hierarchy
+from nvtx_phases.analysis.attribute.phase_map import default_phase_map
+from nvtx_phases.analysis.normalize.events import RANGES_SCHEMA
 
 
 def ranges(*rows: tuple) -> pl.DataFrame:

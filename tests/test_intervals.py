@@ -1,7 +1,6 @@
 import polars as pl
+from nvtx_phases.analysis.attribute.intervals import segment_index, split_at_segments, union_length
 from polars.testing import assert_frame_equal
-
-from analysis.attribute.intervals import segment_index, split_at_segments, union_length
 
 
 def test_union_counts_overlap_once_per_group():
@@ -58,7 +57,7 @@ def test_segment_index_of_instants():
 
 
 def test_busy_accumulator_carries_intervals_across_buckets():
-    from analysis.attribute.intervals import BusyAccumulator
+    from nvtx_phases.analysis.attribute.intervals import BusyAccumulator
 
     acc = BusyAccumulator({"dev": pl.String})
     # bucket [.., 10): an interval running to 25 is counted to 10 and carried
@@ -73,7 +72,7 @@ def test_busy_accumulator_carries_intervals_across_buckets():
 
 
 def test_busy_blocks_merge_gaps_below_the_threshold():
-    from analysis.energy.idle import busy_blocks
+    from nvtx_phases.analysis.energy.idle import busy_blocks
 
     ops = pl.DataFrame(
         {"device": ["g"] * 4, "start_ns": [0, 10, 14, 40], "end_ns": [10, 12, 20, 50]}

@@ -15,13 +15,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from nvtx_phases.analysis.aggregate.kernels_by_phase import SCHEMA, kernels_by_phase
+from nvtx_phases.analysis.render.kernels_by_phase import read_kernels_by_phase, top_kernels_section
+from nvtx_phases.analysis.render.report import to_html, to_markdown
+from nvtx_phases.analysis.run.pipeline import analyze
+from nvtx_phases.analysis.synth.ray import RayConfig, generate_ray
 from nvtxp_testkit import SAMPLES, find_nsys_or_skip
-
-from analysis.aggregate.kernels_by_phase import SCHEMA, kernels_by_phase
-from analysis.render.kernels_by_phase import read_kernels_by_phase, top_kernels_section
-from analysis.render.report import to_html, to_markdown
-from analysis.run.pipeline import analyze
-from analysis.synth.ray import RayConfig, generate_ray
 
 SAMPLE = SAMPLES / "grpo_synthetic.sqlite"
 DRIVER_DOMAIN = 1  # the sample's driver marks its phases in domain "verl"
@@ -353,9 +352,8 @@ def test_csv_round_trip_and_escaped_report_section(sample, tmp_path):
 
 
 def test_report_shows_the_section_from_a_folder_and_copes_without_it(tmp_path):
+    from nvtx_phases.analysis.cli import app
     from typer.testing import CliRunner
-
-    from analysis.cli import app
 
     runner = CliRunner()
     out = tmp_path / "run"

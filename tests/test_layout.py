@@ -29,7 +29,7 @@ def _imports(path: Path) -> set[str]:
 def test_capture_package_never_imports_the_analysis():
     offenders = {
         str(path.relative_to(REPO)): sorted(
-            n for n in _imports(path) if n.split(".")[0] == "analysis"
+            n for n in _imports(path) if n.startswith("nvtx_phases.analysis")
         )
         for path in _modules("nvtx_phases")
     }
@@ -79,7 +79,8 @@ def test_functions_and_modules_stay_small():
 def _analysis_import_graph() -> dict[str, set[str]]:
     """Module → the analysis modules it imports (at module level or inside functions).
 
-    ``from analysis.pkg import name`` counts the submodule ``analysis.pkg.name`` where there is
+    Modules are named by their path (``analysis.run.pipeline``); inside the package imports are
+    relative. ``from .pkg import name`` counts the submodule ``analysis.pkg.name`` where there is
     one, else the package; imports under ``if __name__ == "__main__":`` do not count.
     """
     modules = {}
@@ -98,9 +99,12 @@ def _analysis_import_graph() -> dict[str, set[str]]:
         for node in ast.walk(tree):
             if id(node) in guarded:
                 continue
-            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                subs = {f"{node.module}.{a.name}" for a in node.names} & modules.keys()
-                graph[name] |= subs or ({node.module} & modules.keys())
+            if isinstance(node, ast.ImportFrom) and node.level:
+                package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = f"{base}.{node.module}" if node.module else base
+                subs = {f"{target}.{a.name}" for a in node.names} & modules.keys()
+                graph[name] |= subs or ({target} & modules.keys())
             elif isinstance(node, ast.Import):
                 graph[name] |= {a.name for a in node.names} & modules.keys()
     return graph
@@ -138,3 +142,32 @@ def test_the_stage_packages_import_one_way():
         and order.index(target.split(".")[1]) > order.index(module.split(".")[1])
     )
     assert upward == []
+
+
+def test_nothing_imports_the_analysis_by_its_folder_name():
+    # installed as nvtx_phases.analysis; a bare `analysis` would load a second copy (or a user's
+    # own analysis.py), so inside the package imports are relative and outside they are full
+    offenders = []
+    for folder in ("analysis", "nvtx_phases", "tests", "checks", "bench"):
+        for path in _modules(folder):
+            if "data" in path.relative_to(REPO).parts:
+                continue
+            bare = sorted(n for n in _imports(path) if n.split(".")[0] == "analysis")
+            if bare:
+                offenders.append(f"{path.relative_to(REPO)}: {bare}")
+    assert offenders == []
+
+
+def test_pyproject_lists_every_package():
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    listed = set(config["tool"]["setuptools"]["packages"])
+    on_disk = {
+        "nvtx_phases." + ".".join(p.parent.relative_to(REPO).parts)
+        for p in (REPO / "analysis").rglob("__init__.py")
+    } | {"nvtx_phases"}
+    assert on_disk == listed

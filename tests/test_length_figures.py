@@ -9,9 +9,12 @@ from PIL import Image
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-
-from analysis.render import length_figures
-from analysis.render.length_figures import length_cdf, length_heatmap, straggler_timeline
+from nvtx_phases.analysis.render import length_figures
+from nvtx_phases.analysis.render.length_figures import (
+    length_cdf,
+    length_heatmap,
+    straggler_timeline,
+)
 
 
 @pytest.fixture

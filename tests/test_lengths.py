@@ -5,21 +5,20 @@ import json
 import numpy as np
 import polars as pl
 import pytest
-from nvtxp_testkit import SHARED
-from typer.testing import CliRunner
-
-from analysis.cli import app
-from analysis.run.pipeline import analyze
-from analysis.synth.build import SynthConfig, generate
-from analysis.workload.fidelity import compare_with_log, read_verl_log
-from analysis.workload.lengths import (
+from nvtx_phases.analysis.cli import app
+from nvtx_phases.analysis.run.pipeline import analyze
+from nvtx_phases.analysis.synth.build import SynthConfig, generate
+from nvtx_phases.analysis.workload.fidelity import compare_with_log, read_verl_log
+from nvtx_phases.analysis.workload.lengths import (
     drift,
     length_stats,
     rank_imbalance,
     read_packed_lengths,
     read_reward_timings,
 )
-from analysis.workload.stragglers import generation_tails
+from nvtx_phases.analysis.workload.stragglers import generation_tails
+from nvtxp_testkit import SHARED
+from typer.testing import CliRunner
 
 
 def write_step(folder, step, rows):
@@ -89,7 +88,12 @@ def test_polytrace_published_traces_import_as_they_are():
 
 
 def test_fit_sample_round_trip_accepts_itself_and_rejects_a_shift(tmp_path):
-    from analysis.workload.fits import fit_task, ks_two_sample, parameter_file, write_sampled_steps
+    from nvtx_phases.analysis.workload.fits import (
+        fit_task,
+        ks_two_sample,
+        parameter_file,
+        write_sampled_steps,
+    )
 
     rng = np.random.default_rng(1)
     n = 4000  # prompts of two kinds: short answers and long reasoning
@@ -182,7 +186,7 @@ def test_fidelity_against_a_verl_log_with_known_offsets(tmp_path):
 
 
 def test_verl_console_log_with_ray_colours_and_old_timing_keys(tmp_path):
-    from analysis.workload.fidelity import logged_stage_times
+    from nvtx_phases.analysis.workload.fidelity import logged_stage_times
 
     log = tmp_path / "verl.log"
     log.write_bytes(
@@ -249,7 +253,7 @@ def test_lengths_and_fidelity_commands(small, tmp_path):
 
 
 def test_energy_per_generated_token(tmp_path):
-    from analysis.workload.stragglers import energy_per_token
+    from nvtx_phases.analysis.workload.stragglers import energy_per_token
 
     path = generate(tmp_path / "run.sqlite", SynthConfig(steps=2, ranks=2, kernels_per_phase=4))[0]
     result = analyze([path])
@@ -276,7 +280,7 @@ def test_reward_timings_written_from_recorded_lengths(tmp_path):
 
 
 def test_cap_inferred_only_from_a_pile_up_at_the_longest_length(tmp_path):
-    from analysis.workload.lengths import resolve_cap
+    from nvtx_phases.analysis.workload.lengths import resolve_cap
 
     # 100 responses, 2 at the longest (2%): a cap; validation rollouts are not counted
     write_step(tmp_path, 1, [(0, 10, [*range(1, 99), 500, 500])])

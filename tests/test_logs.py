@@ -15,15 +15,14 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from nvtx_phases.analysis.cli import app
+from nvtx_phases.analysis.errors import WorkloadInputError
+from nvtx_phases.analysis.jobs import Reporter, logs_to
+from nvtx_phases.analysis.render.verl_logs import share_bars
+from nvtx_phases.analysis.workload import verl_logs as wl
 from nvtxp_testkit import brute_quantile
 from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
-
-from analysis.cli import app
-from analysis.errors import WorkloadInputError
-from analysis.jobs import Reporter, logs_to
-from analysis.render.verl_logs import share_bars
-from analysis.workload import verl_logs as wl
 
 DATA = Path(__file__).parent / "data" / "verl_logs"
 CONSOLE = DATA / "console_grpo.log"

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from nvtx_phases.analysis.attribute.phase_map import default_phase_map
+from nvtx_phases.analysis.run.pipeline import analyze
 from nvtxp_testkit import SAMPLES, shared_trace
-
-from analysis.attribute.phase_map import default_phase_map
-from analysis.run.pipeline import analyze
 
 
 def nsys_reports(nsys: str, export: Path, tmp_path: Path) -> dict[str, pl.DataFrame]:

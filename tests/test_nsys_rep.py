@@ -73,7 +73,7 @@ def cli(*args: str, env: dict[str, str] | None = None, prefix: list[str] | None 
     """``nvtx-phases ARGS`` in a subprocess; the completed process."""
     base = {k: v for k, v in os.environ.items() if k not in ("NVTX_PHASES_DEBUG", "NSYS")}
     return subprocess.run(
-        [*(prefix or []), sys.executable, "-m", "analysis.cli", *args],
+        [*(prefix or []), sys.executable, "-m", "nvtx_phases.analysis.cli", *args],
         cwd=REPO,
         env={**base, **(env or {})},
         capture_output=True,

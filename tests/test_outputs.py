@@ -14,9 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from nvtx_phases.analysis.render.files import MANIFEST, output_folder
 from nvtxp_testkit import REPO, SAMPLES
-
-from analysis.render.files import MANIFEST, output_folder
 
 GRPO = SAMPLES / "grpo_synthetic.sqlite"  # power in grpo_synthetic.power.parquet beside it
 CPU = SAMPLES / "cpu_rl_step_nsys2022.4.sqlite"  # no power, no GPU
@@ -67,7 +66,7 @@ def cli(*args: str, umask: int = 0o022, prefix: list[str] | None = None):
     """Run ``nvtx-phases ARGS`` in a subprocess with ``umask``; the completed process."""
     env = {k: v for k, v in os.environ.items() if k != "NVTX_PHASES_DEBUG"}
     return subprocess.run(
-        [*(prefix or []), sys.executable, "-m", "analysis.cli", *args],
+        [*(prefix or []), sys.executable, "-m", "nvtx_phases.analysis.cli", *args],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -3,9 +3,8 @@
 import os
 
 import pytest
+from nvtx_phases.analysis.run.pipeline import analyze
 from nvtxp_testkit import SPLIT_SAMPLE, assert_same_analysis
-
-from analysis.run.pipeline import analyze
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +30,7 @@ def test_ray_tasks_equal_sequential(sequential):
 
 
 def test_a_bad_file_in_the_pool_fails_with_its_name(tmp_path):
-    from analysis.errors import TraceReadError
+    from nvtx_phases.analysis.errors import TraceReadError
 
     bad = tmp_path / "broken.sqlite"
     bad.write_bytes(b"not sqlite at all")

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from nvtx_phases.analysis.attribute.phase_map import default_phase_map, load_phase_map
+from nvtx_phases.analysis.run.pipeline import analyze
 from nvtxp_testkit import SAMPLES
 
-from analysis.attribute.phase_map import default_phase_map, load_phase_map
-from analysis.run.pipeline import analyze
 from nvtx_phases.naming import VERL_PROFILER_ROLES, VERL_TRAINER_PHASES
 
 
@@ -235,7 +235,7 @@ phase = "rollout"
     ],
 )
 def test_bad_rules_are_one_line_phase_map_errors(tmp_path, text, says):
-    from analysis.errors import PhaseMapError
+    from nvtx_phases.analysis.errors import PhaseMapError
 
     with pytest.raises(PhaseMapError) as caught:
         _map(tmp_path, text)
@@ -307,10 +307,9 @@ def test_strip_args_groups_real_pytorch_ranges(trace, rows, stripped_rows, range
 
 
 def test_cli_strip_args(tmp_path):
+    from nvtx_phases.analysis.cli import app
     from nvtxp_testkit import shared_trace
     from typer.testing import CliRunner
-
-    from analysis.cli import app
 
     path = shared_trace("nsysai_h100_2gpu_1s.sqlite")
     args = ["analyze", str(path), "--all-ranges", "--no-figures", "-q", "--out"]

@@ -7,19 +7,22 @@ import numpy as np
 import polars as pl
 import pytest
 from matplotlib.collections import PolyCollection
-from nvtxp_testkit import SAMPLES
-from PIL import Image
-from typer.testing import CliRunner
-
-from analysis.aggregate.step_stack import default_detail_steps, resolve_detail_steps, step_windows
-from analysis.cli import app
-from analysis.errors import InputError
-from analysis.render.power_figure import (
+from nvtx_phases.analysis.aggregate.step_stack import (
+    default_detail_steps,
+    resolve_detail_steps,
+    step_windows,
+)
+from nvtx_phases.analysis.cli import app
+from nvtx_phases.analysis.errors import InputError
+from nvtx_phases.analysis.render.power_figure import (
     detail_figure,
     overview_figure,
     power_timeline,
     power_timeline_detail,
 )
+from nvtxp_testkit import SAMPLES
+from PIL import Image
+from typer.testing import CliRunner
 
 PHASES = ("gen", "reward", "update_actor")
 MS = 1_000_000

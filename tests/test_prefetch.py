@@ -5,12 +5,11 @@ import time
 
 import polars as pl
 import pytest
+from nvtx_phases.analysis.read import specs as T
+from nvtx_phases.analysis.read.export import Export
+from nvtx_phases.analysis.read.prefetch import Prefetched, in_threads
+from nvtx_phases.analysis.run.load import _runtime, _slices
 from nvtxp_testkit import SAMPLES
-
-from analysis.read import specs as T
-from analysis.read.export import Export
-from analysis.read.prefetch import Prefetched, in_threads
-from analysis.run.load import _runtime, _slices
 
 SAMPLE = SAMPLES / "grpo_synthetic.sqlite"
 

@@ -4,13 +4,13 @@ import sys
 
 import polars as pl
 import pytest
+from nvtx_phases.analysis.attribute.hierarchy import build_hierarchy
+from nvtx_phases.analysis.attribute.phase_map import default_phase_map
+from nvtx_phases.analysis.cli import app
+from nvtx_phases.analysis.normalize.events import nvtx_ranges
+from nvtx_phases.analysis.read.export import read_export
 from typer.testing import CliRunner
 
-from analysis.attribute.hierarchy import build_hierarchy
-from analysis.attribute.phase_map import default_phase_map
-from analysis.cli import app
-from analysis.normalize.events import nvtx_ranges
-from analysis.read.export import read_export
 from nvtx_phases.naming import CLOCK_MARK
 from nvtx_phases.nsys import Nsys, ProfileOptions, find_nsys, profile_args
 from nvtx_phases.workload import expected_paths

@@ -4,12 +4,11 @@ and results do not depend on input row order or on how a run is split across fil
 import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from nvtx_phases.analysis.attribute.phase_map import default_phase_map
+from nvtx_phases.analysis.normalize.events import OPS_SCHEMA, RANGES_SCHEMA, RUNTIME_SCHEMA
+from nvtx_phases.analysis.run.pipeline import analyze
+from nvtx_phases.analysis.synth.build import SynthConfig, generate
 from nvtxp_testkit import attribute_run
-
-from analysis.attribute.phase_map import default_phase_map
-from analysis.normalize.events import OPS_SCHEMA, RANGES_SCHEMA, RUNTIME_SCHEMA
-from analysis.run.pipeline import analyze
-from analysis.synth.build import SynthConfig, generate
 
 DRIVER, WORKER0 = 100, 200
 PHASES = ("gen", "reward", "old_log_prob", "update_actor")

@@ -10,15 +10,14 @@ import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 
+import nvtx_phases.analysis.model
 import polars as pl
 import pytest
+from nvtx_phases.analysis import RunSummary, analyze, load_analysis, write_outputs
+from nvtx_phases.analysis.cli import app
+from nvtx_phases.analysis.model import InputFile, Provenance, tool_version
 from nvtxp_testkit import REPO, SAMPLES
 from typer.testing import CliRunner
-
-import analysis.model
-from analysis import RunSummary, analyze, load_analysis, write_outputs
-from analysis.cli import app
-from analysis.model import InputFile, Provenance, tool_version
 
 SAMPLE = SAMPLES / "grpo_synthetic.sqlite"
 POWER = SAMPLES / "grpo_synthetic.power.parquet"
@@ -38,7 +37,7 @@ def test_version_prints_the_installed_version():
 
 def test_version_from_the_console_script_module():
     done = subprocess.run(
-        [sys.executable, "-m", "analysis.cli", "--version"],
+        [sys.executable, "-m", "nvtx_phases.analysis.cli", "--version"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -57,7 +56,7 @@ def test_version_without_package_metadata_reads_pyproject(monkeypatch):
     expected = next(
         line.split('"')[1] for line in text.splitlines() if line.startswith("version = ")
     )
-    assert analysis.model.tool_version() == expected
+    assert nvtx_phases.analysis.model.tool_version() == expected
 
 
 def test_api_provenance_has_no_command_line():
@@ -147,7 +146,7 @@ def test_provenance_round_trips_and_older_summaries_have_none(tmp_path):
 
 
 def test_unreadable_input_is_recorded_without_size():
-    from analysis.run.provenance import input_file
+    from nvtx_phases.analysis.run.provenance import input_file
 
     record = input_file("trace", "/nonexistent/x.sqlite")
     assert record == InputFile("trace", "/nonexistent/x.sqlite", None, None)
@@ -158,7 +157,7 @@ def test_malformed_provenance_is_a_named_error(tmp_path):
         write_outputs(result, tmp_path)
     data = json.loads((tmp_path / "summary.json").read_text())
     (tmp_path / "summary.json").write_text(json.dumps(data | {"provenance": {"tool": 1}}))
-    from analysis.errors import SavedAnalysisError
+    from nvtx_phases.analysis.errors import SavedAnalysisError
 
     with pytest.raises(SavedAnalysisError, match="not a summary"):
         load_analysis(tmp_path)

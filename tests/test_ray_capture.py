@@ -7,9 +7,8 @@ import json
 
 import polars as pl
 import pytest
-
-from analysis.run.pipeline import analyze
-from analysis.synth.ray import RayConfig, generate_ray
+from nvtx_phases.analysis.run.pipeline import analyze
+from nvtx_phases.analysis.synth.ray import RayConfig, generate_ray
 
 METRICS = ("kernel_ns", "nccl_ns", "memcpy_ns", "memset_ns", "graph_ns", "gpu_busy_ns", "idle_ns")
 

@@ -5,12 +5,12 @@ Expected totals were computed with plain SQL over the same files (sqlite3 CLI), 
 
 import polars as pl
 import pytest
+from nvtx_phases.analysis.attribute.phase_map import default_phase_map
+from nvtx_phases.analysis.errors import AnalysisError
+from nvtx_phases.analysis.read.export import read_export
+from nvtx_phases.analysis.run.pipeline import analyze
 from nvtxp_testkit import SAMPLES, shared_trace
 
-from analysis.attribute.phase_map import default_phase_map
-from analysis.errors import AnalysisError
-from analysis.read.export import read_export
-from analysis.run.pipeline import analyze
 from nvtx_phases.workload import expected_paths
 
 NO_GPU_TABLES = [

@@ -9,20 +9,25 @@ import re
 
 import polars as pl
 import pytest
+from nvtx_phases.analysis.render.compare_figures import FIGSIZE
+from nvtx_phases.analysis.render.compare_files import write_comparison
+from nvtx_phases.analysis.render.figures import DPI
+from nvtx_phases.analysis.render.report import (
+    phase_summary,
+    report_tables,
+    to_html,
+    to_markdown,
+    write_report,
+)
+from nvtx_phases.analysis.render.report_findings import what_stands_out
+from nvtx_phases.analysis.render.report_units import humanize
+from nvtx_phases.analysis.render.terminal import phase_rich_tables
+from nvtx_phases.analysis.run.pipeline import analyze
+from nvtx_phases.analysis.workload.compare import compare_runs
+from nvtx_phases.analysis.workload.stragglers import generation_tails
 from nvtxp_testkit import SAMPLES
 from PIL import Image
 from rich.console import Console
-
-from analysis.render.compare_figures import FIGSIZE
-from analysis.render.compare_files import write_comparison
-from analysis.render.figures import DPI
-from analysis.render.report import phase_summary, report_tables, to_html, to_markdown, write_report
-from analysis.render.report_findings import what_stands_out
-from analysis.render.report_units import humanize
-from analysis.render.terminal import phase_rich_tables
-from analysis.run.pipeline import analyze
-from analysis.workload.compare import compare_runs
-from analysis.workload.stragglers import generation_tails
 
 SAMPLE = SAMPLES / "grpo_synthetic.sqlite"
 CPU = SAMPLES / "cpu_rl_step_nsys2022.4.sqlite"

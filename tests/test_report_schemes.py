@@ -14,10 +14,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from nvtx_phases.analysis.cli import app
 from nvtxp_testkit import SAMPLES, shared_trace
 from typer.testing import CliRunner
-
-from analysis.cli import app
 
 runner = CliRunner()
 

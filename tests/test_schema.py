@@ -3,9 +3,8 @@
 import re
 import sqlite3
 
+from nvtx_phases.analysis.synth.build import TABLES
 from nvtxp_testkit import REPO, SAMPLES, SHARED
-
-from analysis.synth.build import TABLES
 
 
 def test_vendored_ddl_is_the_shared_reference():

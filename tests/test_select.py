@@ -7,16 +7,15 @@ from collections import defaultdict
 
 import polars as pl
 import pytest
+from nvtx_phases.analysis.cli import app
+from nvtx_phases.analysis.errors import InputError
+from nvtx_phases.analysis.jobs import open_run
+from nvtx_phases.analysis.render.files import write_outputs
+from nvtx_phases.analysis.run.pipeline import analyze
+from nvtx_phases.analysis.run.select import parse_steps, select_steps, steps_text
 from nvtxp_testkit import SAMPLES
 from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
-
-from analysis.cli import app
-from analysis.errors import InputError
-from analysis.jobs import open_run
-from analysis.render.files import write_outputs
-from analysis.run.pipeline import analyze
-from analysis.run.select import parse_steps, select_steps, steps_text
 
 SAMPLE = SAMPLES / "grpo_synthetic.sqlite"
 runner = CliRunner()

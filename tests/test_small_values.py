@@ -21,11 +21,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from nvtx_phases.analysis.cli import app
+from nvtx_phases.analysis.render.report_units import Column, duration, fixed, humanize
 from nvtxp_testkit import brute_quantile, shared_trace
 from typer.testing import CliRunner
-
-from analysis.cli import app
-from analysis.render.report_units import Column, duration, fixed, humanize
 
 DATA = Path(__file__).parent / "data" / "verl_cpu_run"
 LOG = DATA / "verl_console.log"

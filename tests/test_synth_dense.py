@@ -2,7 +2,7 @@
 
 import sqlite3
 
-from analysis.synth.build import SynthConfig, generate
+from nvtx_phases.analysis.synth.build import SynthConfig, generate
 
 
 def test_dense_phases_never_make_kernels_that_end_before_they_start(tmp_path):

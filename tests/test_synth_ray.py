@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from nvtx_phases.analysis.synth.build import SynthConfig, generate
+from nvtx_phases.analysis.synth.ray import RayConfig, generate_ray
 from nvtxp_testkit import REPO
 
-from analysis.synth.build import SynthConfig, generate
-from analysis.synth.ray import RayConfig, generate_ray
 from nvtx_phases.power import COLUMNS, gpu_uuid
 
 SCHEMA = REPO / "analysis" / "synth" / "schema"

@@ -4,11 +4,10 @@ import json
 
 import polars as pl
 import pytest
+from nvtx_phases.analysis.run.pipeline import analyze
+from nvtx_phases.analysis.synth.build import SynthConfig, generate
 from nvtxp_testkit import SAMPLES
 from polars.testing import assert_frame_equal
-
-from analysis.run.pipeline import analyze
-from analysis.synth.build import SynthConfig, generate
 
 METRICS = [
     "wall_ns",

@@ -18,14 +18,13 @@ from typing import Any
 
 import polars as pl
 import pytest
+from nvtx_phases.analysis.cli import app
+from nvtx_phases.analysis.jobs import analyze_to, open_run, timeline_to
+from nvtx_phases.analysis.model import Analysis
+from nvtx_phases.analysis.render.timeline import build_timeline, write_timeline
+from nvtx_phases.analysis.render.timeline_ranges import NO_RANGES, longest_first, nest_lanes
 from nvtxp_testkit import SAMPLES, shared_trace
 from typer.testing import CliRunner
-
-from analysis.cli import app
-from analysis.jobs import analyze_to, open_run, timeline_to
-from analysis.model import Analysis
-from analysis.render.timeline import build_timeline, write_timeline
-from analysis.render.timeline_ranges import NO_RANGES, longest_first, nest_lanes
 
 runner = CliRunner()
 SAMPLE = SAMPLES / "grpo_synthetic.sqlite"
@@ -471,7 +470,7 @@ def test_steps_keep_only_those_steps(sample, tmp_path):
 
 
 def test_ray_capture_processes_threads_and_shared_gpus(tmp_path):
-    from analysis.synth.ray import RayConfig, generate_ray
+    from nvtx_phases.analysis.synth.ray import RayConfig, generate_ray
 
     # rollout servers marking generate_sequences on a thread other than their main one
     generate_ray(

@@ -17,14 +17,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from nvtx_phases.analysis.attribute import operations
+from nvtx_phases.analysis.attribute.phase_map import default_phase_map
+from nvtx_phases.analysis.run.pipeline import analyze
+from nvtx_phases.analysis.run.select import select_steps
+from nvtx_phases.analysis.synth.ray import RayConfig, generate_ray
 from nvtxp_testkit import SAMPLES, shared_trace
 from test_synth_ray import overlap, read_capture
-
-from analysis.attribute import operations
-from analysis.attribute.phase_map import default_phase_map
-from analysis.run.pipeline import analyze
-from analysis.run.select import select_steps
-from analysis.synth.ray import RayConfig, generate_ray
 
 OP_TABLES = (
     "CUPTI_ACTIVITY_KIND_KERNEL",
@@ -481,9 +480,8 @@ def test_a_segment_left_without_its_innermost_phase_breaks_conservation(monkeypa
 def test_ranges_that_do_not_nest_hold_every_operation_they_enclose():
     """Found by the check: start/end ranges overlapping at one level (B runs past its parent A,
     C opens inside B) lost operations under both schemes until the as-of joins were fixed."""
+    from nvtx_phases.analysis.normalize.events import OPS_SCHEMA, RANGES_SCHEMA, RUNTIME_SCHEMA
     from nvtxp_testkit import attribute_run
-
-    from analysis.normalize.events import OPS_SCHEMA, RANGES_SCHEMA, RUNTIME_SCHEMA
 
     gtid = (1 << 48) | (5 << 24) | 5
     spans = {"update_actor": (0, 10), "compute_log_prob": (5, 20), "compute_values": (12, 15)}

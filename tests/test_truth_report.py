@@ -20,22 +20,21 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from nvtx_phases.analysis.cli import app
+from nvtx_phases.analysis.render.compare_page import compare_html
+from nvtx_phases.analysis.render.comparison import comparison_markdown, metric_tables, to_markdown
+from nvtx_phases.analysis.render.files import load_analysis
+from nvtx_phases.analysis.render.report import phase_summary, report_tables
+from nvtx_phases.analysis.render.report import to_markdown as report_markdown
+from nvtx_phases.analysis.render.report_findings import what_stands_out
+from nvtx_phases.analysis.render.terminal import phase_rich_tables
+from nvtx_phases.analysis.run.pipeline import analyze
+from nvtx_phases.analysis.synth.ray import RayConfig, generate_ray
+from nvtx_phases.analysis.workload.compare import compare_runs
 from nvtxp_testkit import SAMPLES, shared_trace
 from nvtxp_testkit import displayed as shown_as
 from rich.console import Console
 from typer.testing import CliRunner
-
-from analysis.cli import app
-from analysis.render.compare_page import compare_html
-from analysis.render.comparison import comparison_markdown, metric_tables, to_markdown
-from analysis.render.files import load_analysis
-from analysis.render.report import phase_summary, report_tables
-from analysis.render.report import to_markdown as report_markdown
-from analysis.render.report_findings import what_stands_out
-from analysis.render.terminal import phase_rich_tables
-from analysis.run.pipeline import analyze
-from analysis.synth.ray import RayConfig, generate_ray
-from analysis.workload.compare import compare_runs
 
 runner = CliRunner()
 SAMPLE = SAMPLES / "grpo_synthetic.sqlite"

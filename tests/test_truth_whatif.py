@@ -17,10 +17,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from nvtx_phases.analysis.cli import app
 from nvtxp_testkit import SAMPLES
 from typer.testing import CliRunner
-
-from analysis.cli import app
 
 runner = CliRunner()
 DATA = Path(__file__).parent / "data" / "verl_logs"

@@ -16,12 +16,16 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from nvtx_phases.analysis.cli import app
+from nvtx_phases.analysis.workload.lengths import (
+    CAP_MIN_SHARE,
+    length_stats,
+    read_packed_lengths,
+    resolve_cap,
+)
+from nvtx_phases.analysis.workload.stragglers import run_lengths
 from nvtxp_testkit import SAMPLES, SHARED, shared_path
 from typer.testing import CliRunner
-
-from analysis.cli import app
-from analysis.workload.lengths import CAP_MIN_SHARE, length_stats, read_packed_lengths, resolve_cap
-from analysis.workload.stragglers import run_lengths
 
 RUN = SAMPLES / "grpo_synthetic.sqlite"  # steps 1, 2, 3
 RUN_LENGTHS = SAMPLES / "grpo_synthetic_lengths"  # steps 1, 2, 3
@@ -126,7 +130,7 @@ def test_real_lengths_capped_by_hand_are_inferred_and_an_explicit_cap_wins(tmp_p
 @pytest.fixture(scope="module")
 def sample_run():
     """The bundled 3-step run, analyzed once for the API-level checks."""
-    from analysis.run.pipeline import analyze
+    from nvtx_phases.analysis.run.pipeline import analyze
 
     with analyze([RUN]) as result:
         yield result
@@ -184,7 +188,7 @@ def test_rllm_steps_0_to_4_against_the_3_step_run(sample_run):
 
 
 def test_a_step_selection_is_checked_and_said(sample_run):
-    from analysis.run.select import select_steps
+    from nvtx_phases.analysis.run.select import select_steps
 
     responses = read_packed_lengths([RUN_LENGTHS])
     assert run_lengths(sample_run, responses).warnings == []  # steps 1–3 both sides
@@ -196,7 +200,7 @@ def test_a_step_selection_is_checked_and_said(sample_run):
 
 
 def test_steps_counted_from_0_against_records_from_1_are_pointed_out():
-    from analysis.workload.lengths import step_coverage
+    from nvtx_phases.analysis.workload.lengths import step_coverage
 
     (extra, lacking) = step_coverage([1, 2, 3], [0, 1, 2])
     assert extra.startswith("length records for step(s) 3 have no step in the run")
@@ -222,7 +226,7 @@ def _inputs_outputs(folder: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def test_rllm_degenerate_output_fit_is_refused_and_the_loc_0_fit_written():
     stats = pytest.importorskip("scipy.stats")
-    from analysis.workload.fits import fit_lognorm, refused_fit_lines
+    from nvtx_phases.analysis.workload.fits import fit_lognorm, refused_fit_lines
 
     _, outputs = _inputs_outputs(_rllm())
     shape, loc, scale = stats.lognorm.fit(outputs)
@@ -241,7 +245,7 @@ def test_rllm_degenerate_output_fit_is_refused_and_the_loc_0_fit_written():
 
 def test_verl_video_input_fit_is_refused_both_ways_and_written_as_null():
     stats = pytest.importorskip("scipy.stats")
-    from analysis.workload.fits import fit_lognorm
+    from nvtx_phases.analysis.workload.fits import fit_lognorm
 
     inputs, outputs = _inputs_outputs(_polytrace("verl-video"))
     fit = fit_lognorm(inputs)

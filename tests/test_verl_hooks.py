@@ -174,9 +174,9 @@ def test_length_recorder_reads_a_real_verl_batch(tmp_path):
 
     import numpy as np
     import torch
+    from nvtx_phases.analysis.workload.lengths import read_packed_lengths
     from verl.protocol import DataProto
 
-    from analysis.workload.lengths import read_packed_lengths
     from nvtx_phases.lengths_record import record_lengths
 
     # prompts left-padded to 4, responses right-padded to 5; two prompts × two samples
@@ -224,9 +224,8 @@ def test_length_recorder_installs_over_the_phase_hook_and_uninstalls(tmp_path):
 def test_reward_phase_writes_reward_timings_when_recording(tmp_path):
     import json
 
+    from nvtx_phases.analysis.workload.lengths import read_reward_timings
     from verl.trainer.ppo import ray_trainer
-
-    from analysis.workload.lengths import read_reward_timings
 
     row = {
         "step": 12,

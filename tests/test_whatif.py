@@ -7,16 +7,15 @@ import json
 
 import polars as pl
 import pytest
+from nvtx_phases.analysis.cli import app
+from nvtx_phases.analysis.errors import WorkloadInputError
+from nvtx_phases.analysis.jobs.whatif import inputs_from_analysis, inputs_from_phase_times
+from nvtx_phases.analysis.render.files import load_analysis
+from nvtx_phases.analysis.workload.lengths import length_stats, read_packed_lengths
+from nvtx_phases.analysis.workload.whatif import WhatIfInputs, run_level, whatif_table
+from nvtx_phases.analysis.workload.whatif_pipeline import dominant_steps
 from nvtxp_testkit import SAMPLES
 from typer.testing import CliRunner
-
-from analysis.cli import app
-from analysis.errors import WorkloadInputError
-from analysis.jobs.whatif import inputs_from_analysis, inputs_from_phase_times
-from analysis.render.files import load_analysis
-from analysis.workload.lengths import length_stats, read_packed_lengths
-from analysis.workload.whatif import WhatIfInputs, run_level, whatif_table
-from analysis.workload.whatif_pipeline import dominant_steps
 
 runner = CliRunner()
 SAMPLE = SAMPLES / "grpo_synthetic.sqlite"
@@ -487,7 +486,7 @@ def test_the_figure_writes_the_numbers_it_draws(sample, tmp_path):
         assert line["y"].to_list() == rows.sort("step")["bound_s"].to_list()
     assert drawn["p10"].is_null().all()  # the band is drawn for bins of steps only
     # past 40 steps: medians over bins of consecutive steps, the measured p10–p90 band
-    from analysis.render.whatif import whatif_figure
+    from nvtx_phases.analysis.render.whatif import whatif_figure
 
     times = _times(
         [(s, p, v) for s in range(1, 101) for p, v in (("step", 10.0 + s % 7), ("gen", 5.0))]

@@ -13,11 +13,10 @@ import os
 
 import polars as pl
 import pytest
+from nvtx_phases.analysis.cli import app
+from nvtx_phases.analysis.run.pipeline import analyze
 from nvtxp_testkit import TRACES
 from typer.testing import CliRunner
-
-from analysis.cli import app
-from analysis.run.pipeline import analyze
 
 WILD = TRACES / "wild"
 

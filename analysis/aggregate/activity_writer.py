@@ -10,7 +10,7 @@ from typing import Any
 
 import polars as pl
 
-from analysis.errors import OutputError
+from ..errors import OutputError
 
 #: the per-operation rows of a bucketed run, in its work folder's ``activity/``
 ACTIVITY_FILE = "activity.parquet"

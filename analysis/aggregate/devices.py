@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis.aggregate.phases import SUMMED_METRICS, sum_or_null
-from analysis.model import WINDOW
+from ..model import WINDOW
+from .phases import SUMMED_METRICS, sum_or_null
 
 
 def phase_devices(

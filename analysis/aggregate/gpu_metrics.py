@@ -27,10 +27,10 @@ from typing import Final
 
 import polars as pl
 
-from analysis.aggregate.phases import GROUP_KEYS
-from analysis.frames import PolarsDataType
-from analysis.model import PROJECTION
-from analysis.normalize.gpu_metrics import AVAILABLE_SCHEMA, SAMPLES_SCHEMA
+from ..frames import PolarsDataType
+from ..model import PROJECTION
+from ..normalize.gpu_metrics import AVAILABLE_SCHEMA, SAMPLES_SCHEMA
+from .phases import GROUP_KEYS
 
 #: ``gpu_metrics_per_phase.csv``: one row per (phase row, GPU, metric).
 TABLE_SCHEMA: dict[str, PolarsDataType] = {

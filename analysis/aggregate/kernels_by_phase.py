@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis.model import PROJECTION, WINDOW
+from ..model import PROJECTION, WINDOW
 
 DEFAULT_TOP = 10
 #: operation kinds counted as kernels (CUDA graph executions are launched like kernels)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis.model import CUT, PROJECTION
+from ..model import CUT, PROJECTION
 
 #: the phase-table columns :mod:`analysis.attribute.process` fills (null on window rows)
 PROCESS_COLUMNS = (

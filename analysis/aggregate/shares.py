@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis.model import CUT
+from ..model import CUT
 
 #: the quantiles of :func:`share_over_steps`: p10, median, p90
 SHARE_QUANTILES = (0.1, 0.5, 0.9)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis.aggregate.shares import inside_step, step_phase_walls
-from analysis.errors import InputError
-from analysis.model import WINDOW
-from analysis.step_spec import parse_steps, steps_text
+from ..errors import InputError
+from ..model import WINDOW
+from ..step_spec import parse_steps, steps_text
+from .shares import inside_step, step_phase_walls
 
 MAX_STEP_BARS = 40
 """Beyond this many steps, ``phase_time_per_step`` draws binned steps (their mean), not one bar each."""

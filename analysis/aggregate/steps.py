@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis.aggregate.shares import cut_steps, is_cut
+from .shares import cut_steps, is_cut
 
 #: metric column → (label, unit)
 STEP_METRICS: dict[str, tuple[str, str]] = {

@@ -16,24 +16,24 @@ from typing import Any
 
 import polars as pl
 
-from analysis.aggregate import phases as aggregate
-from analysis.aggregate.activity import gpu_activity
-from analysis.aggregate.activity_writer import ACTIVITY_FILE, ActivityWriter
-from analysis.aggregate.devices import phase_devices
-from analysis.attribute import operations as attribute
-from analysis.attribute.conservation import RunTotals, conservation_warnings
-from analysis.attribute.hierarchy import build_hierarchy
-from analysis.attribute.intervals import BusyAccumulator
-from analysis.attribute.phase_map import PhaseMap
-from analysis.attribute.process import ProcessLayout, ProcessSums
-from analysis.attribute.threads import ThreadSums
-from analysis.energy.attach import attach_energy
-from analysis.energy.idle import busy_blocks, idle_guard_ns
-from analysis.energy.samples import PowerData
-from analysis.frames import concat_or_empty
-from analysis.model import CUT, PROJECTION, THREAD, WINDOW, EnergyTotals, GpuTotals
-from analysis.normalize.events import OPS_SCHEMA
-from analysis.normalize.launches import CALL_COLUMNS
+from ..aggregate import phases as aggregate
+from ..aggregate.activity import gpu_activity
+from ..aggregate.activity_writer import ACTIVITY_FILE, ActivityWriter
+from ..aggregate.devices import phase_devices
+from ..energy.attach import attach_energy
+from ..energy.idle import busy_blocks, idle_guard_ns
+from ..energy.samples import PowerData
+from ..frames import concat_or_empty
+from ..model import CUT, PROJECTION, THREAD, WINDOW, EnergyTotals, GpuTotals
+from ..normalize.events import OPS_SCHEMA
+from ..normalize.launches import CALL_COLUMNS
+from . import operations as attribute
+from .conservation import RunTotals, conservation_warnings
+from .hierarchy import build_hierarchy
+from .intervals import BusyAccumulator
+from .phase_map import PhaseMap
+from .process import ProcessLayout, ProcessSums
+from .threads import ThreadSums
 
 #: the columns of :attr:`Attributed.ranges` (and ``ranges.parquet``)
 RANGE_COLUMNS = (

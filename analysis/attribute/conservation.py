@@ -33,9 +33,9 @@ import dataclasses
 
 import polars as pl
 
-from analysis.aggregate.activity import operation_counts
-from analysis.energy.idle import busy_blocks
-from analysis.model import THREAD, GpuTotals
+from ..aggregate.activity import operation_counts
+from ..energy.idle import busy_blocks
+from ..model import THREAD, GpuTotals
 
 #: the time columns whose sum is an operation's (or a piece's) GPU time
 TIME_COLUMNS = ("kernel_ns", "memcpy_ns", "memset_ns", "graph_ns")

@@ -23,10 +23,11 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from analysis.attribute.phase_map import PhaseMap
-from analysis.frames import int_value
-from analysis.model import THREAD
 from nvtx_phases.naming import PATH_SEP
+
+from ..frames import int_value
+from ..model import THREAD
+from .phase_map import PhaseMap
 
 PROCESS = ("trace", "pid")
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import polars as pl
 
-from analysis.frames import PolarsDataType
+from ..frames import PolarsDataType
 
 I64_MIN = -(2**63)
 I64_MAX = 2**63 - 1

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis.attribute.intervals import segment_index, segments_of, split_at_segments
-from analysis.frames import int_value
-from analysis.model import THREAD
+from ..frames import int_value
+from ..model import THREAD
+from .intervals import segment_index, segments_of, split_at_segments
 
 #: per launching thread (trace, gtid): its range boundaries, and ``seg, rid, end_ns`` for every
 #: segment each range covers (see :func:`enclosure_layout`)

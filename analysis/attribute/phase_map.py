@@ -41,7 +41,6 @@ from typing import Any, Literal
 
 import polars as pl
 
-from analysis.errors import PhaseMapError
 from nvtx_phases.naming import (
     DOMAIN,
     STEP,
@@ -50,6 +49,8 @@ from nvtx_phases.naming import (
     VERL_TRAINER_PHASES,
     VERL_WORKER_PHASES,
 )
+
+from ..errors import PhaseMapError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from analysis.attribute.intervals import BusyAccumulator, segment_boundaries, split_at_segments
-from analysis.attribute.operations import range_segments
-from analysis.frames import PolarsDataType
+from ..frames import PolarsDataType
+from .intervals import BusyAccumulator, segment_boundaries, split_at_segments
+from .operations import range_segments
 
 PROCESS = ["trace", "pid"]
 _BUSY_KEYS: dict[str, PolarsDataType] = {"pseg": pl.Int64, "device": pl.String}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis.normalize.events import tid_of
+from ..normalize.events import tid_of
 
 #: share of the run's GPU time from which unattributed launches are warned about
 WARN_SHARE = 0.05

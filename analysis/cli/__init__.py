@@ -5,9 +5,9 @@ order below is the order ``nvtx-phases --help`` lists them.
 """
 
 # isort: off
-from analysis.cli import analyze, compare, capture, synth, workload, logs, whatif, timeline  # noqa: F401  (registers)
+from . import analyze, compare, capture, synth, workload, logs, whatif, timeline  # noqa: F401  (registers)
 
 # isort: on
-from analysis.cli.app import app, main
+from .app import app, main
 
 __all__ = ["app", "main"]

@@ -1,5 +1,5 @@
 """``python -m analysis.cli``: the ``nvtx-phases`` command."""
 
-from analysis.cli import main
+from . import main
 
 main()

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, cast
 import typer
 from rich.text import Text
 
-from analysis.cli.app import (
+from .app import (
     ForceCombine,
     app,
     command_line,
@@ -25,8 +25,8 @@ from analysis.cli.app import (
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
-    from analysis.jobs import AnalysisOutputs, Reporter
-    from analysis.run.load import Engine
+    from ..jobs import AnalysisOutputs, Reporter
+    from ..run.load import Engine
 
 Traces = Annotated[
     list[Path],
@@ -116,7 +116,7 @@ TopKernels = Annotated[
 @contextmanager
 def read_bar() -> Iterator[Reporter]:
     """A reporter with a transient progress bar over the exports, from when reading begins."""
-    from analysis.jobs import Reporter
+    from ..jobs import Reporter
 
     bar: Progress | None = None
     task: TaskID | None = None
@@ -167,7 +167,7 @@ def analyze_and_print(
         done = run(reporter)
     with done:
         if not quiet:
-            from analysis.render.terminal import print_report
+            from ..render.terminal import print_report
 
             print_report(done.analysis, console, max_rows=max_rows)
         else:  # quiet drops the table, never the warnings
@@ -207,8 +207,8 @@ def analyze(
     """
     if engine not in ("process", "ray"):
         raise fail(f"--engine must be 'process' or 'ray', not '{engine}'")
-    from analysis.jobs import analyze_to
-    from analysis.render.drawing import default_workers
+    from ..jobs import analyze_to
+    from ..render.drawing import default_workers
 
     analyze_and_print(
         lambda reporter: analyze_to(
@@ -270,8 +270,8 @@ def report(
     --phase-map, --all-ranges and --strip-args apply to traces (as with analyze); an analysis
     folder keeps the options it was analyzed with.
     """
-    from analysis.jobs import build_report
-    from analysis.render.drawing import default_workers
+    from ..jobs import build_report
+    from ..render.drawing import default_workers
 
     with spinner() as reporter:
         written = build_report(

@@ -34,12 +34,12 @@ from rich.console import Console
 from rich.text import Text
 from typer.core import TyperGroup
 
-from analysis.errors import one_line
+from ..errors import one_line
 
 if TYPE_CHECKING:
     from rich.status import Status
 
-    from analysis.jobs import Reporter
+    from ..jobs import Reporter
 
 try:  # typer >= 0.24 ships its own copy of click
     from typer._click.exceptions import ClickException
@@ -83,14 +83,14 @@ def note(message: str) -> None:
 
 def _expected_errors() -> tuple[type[BaseException], ...]:
     """Exception classes that mean "the input or the environment is wrong", not a bug."""
-    from analysis.errors import USER_ERRORS
+    from ..errors import USER_ERRORS
 
     return (*USER_ERRORS, OSError, json.JSONDecodeError)
 
 
 def describe_error(exc: BaseException) -> str:
     """The one-line message for an expected error (JSON that does not parse says so)."""
-    from analysis.errors import describe_error as describe
+    from ..errors import describe_error as describe
 
     if isinstance(exc, json.JSONDecodeError):
         return one_line(f"not valid JSON ({exc})")
@@ -184,7 +184,7 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        from analysis.model import tool_version
+        from ..model import tool_version
 
         print(f"{PROGRAM} {tool_version()}")
         raise typer.Exit()
@@ -246,7 +246,7 @@ def spinner(*, details: bool = True) -> Iterator[Reporter]:
     none, and shows none) and follows later stages; with ``details`` also the pipeline's own
     messages. It goes when the block ends.
     """
-    from analysis.jobs import Reporter
+    from ..jobs import Reporter
 
     status: Status | None = None
 
@@ -284,6 +284,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # python -m analysis.cli.app: the package registers the commands
-    from analysis.cli import main as _main
+    from . import main as _main
 
     _main()

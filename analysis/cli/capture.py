@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from analysis.cli.app import app, console, err_console, fail, out_option
+from .app import app, console, err_console, fail, out_option
 
 Power = Annotated[
     bool,
@@ -48,8 +48,9 @@ def profile(
 
     Example: nvtx-phases profile --out prof -- python -m nvtx_phases.workload --steps 3
     """
-    from analysis.jobs import profile_workload
     from nvtx_phases.nsys import ProfileOptions, find_nsys
+
+    from ..jobs import profile_workload
 
     if command[:1] == ["--"]:
         command = command[1:]
@@ -72,9 +73,9 @@ def profile(
     if result.exit_code:
         err_console.print(f"the workload exited with status {result.exit_code}; reports kept")
     if analyze_after:
-        from analysis.cli.analyze import analyze_and_print
-        from analysis.jobs import analyze_to
-        from analysis.render.drawing import default_workers
+        from ..jobs import analyze_to
+        from ..render.drawing import default_workers
+        from .analyze import analyze_and_print
 
         analysis = out / "analysis"
         analyze_and_print(

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from analysis.cli.analyze import Steps, StripArgs
-from analysis.cli.app import app, console, fail, out_option, print_written, spinner
+from .analyze import Steps, StripArgs
+from .app import app, console, fail, out_option, print_written, spinner
 
 #: most lines of compare.md printed (the file has them all)
 COMPARE_PRINTED_LINES = 200
@@ -42,7 +42,7 @@ def compare(
     Runs without step ranges are compared over the whole capture. Runs with no phase in common
     are refused.
     """
-    from analysis.jobs import compare_to
+    from ..jobs import compare_to
 
     if len(runs) < 2:
         raise fail("compare needs at least two runs")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from analysis.cli.app import app, console, out_option, print_written, spinner
+from .app import app, console, out_option, print_written, spinner
 
 
 @app.command()
@@ -22,8 +22,8 @@ def logs(
     out: Annotated[Path, out_option("Folder for the tables and the figure.")] = Path("verl_logs"),
 ) -> None:
     """Phase times and shares per step from VeRL's timing_s/* (0.1: timing/*) metrics."""
-    from analysis.jobs.logs import logs_to
-    from analysis.render.verl_logs import summary_rich_table
+    from ..jobs.logs import logs_to
+    from ..render.verl_logs import summary_rich_table
 
     with spinner(details=False) as reporter:
         done = logs_to(paths, out, reporter=reporter)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from analysis.cli.app import app, console
+from .app import app, console
 
 RewardModel = Annotated[
     bool, typer.Option(help="Score with a reward model on the GPUs (else a CPU rule function).")
@@ -51,9 +51,9 @@ def synth(
     gpus: Annotated[int, typer.Option(min=1, max=8, help="GPUs of the --ray capture.")] = 2,
 ) -> None:
     """Write a synthetic VeRL-like GRPO run as nsys 2022.4 SQLite export(s)."""
-    from analysis.jobs import synthesize
-    from analysis.synth.config import SynthConfig
-    from analysis.synth.ray import RayConfig
+    from ..jobs import synthesize
+    from ..synth.config import SynthConfig
+    from ..synth.ray import RayConfig
 
     config: SynthConfig | RayConfig
     if ray:

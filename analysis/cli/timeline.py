@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
-from analysis.cli.analyze import AllRanges, PhaseMapFile, Steps, StripArgs
-from analysis.cli.app import ForceCombine, app, console, note, out_option, spinner
-from analysis.jobs.timeline import DEFAULT_MAX_OPS, DEFAULT_MAX_RANGES
+from ..jobs.timeline import DEFAULT_MAX_OPS, DEFAULT_MAX_RANGES
+from .analyze import AllRanges, PhaseMapFile, Steps, StripArgs
+from .app import ForceCombine, app, console, note, out_option, spinner
 
 
 def _size(n_bytes: int) -> str:
@@ -68,7 +68,7 @@ def timeline(
     file's otherData say what was thinned; raise the limits to the counts printed to draw
     everything.
     """
-    from analysis.jobs import timeline_to
+    from ..jobs import timeline_to
 
     with spinner(details=False) as reporter:
         done = timeline_to(

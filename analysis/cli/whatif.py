@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from analysis.cli.app import app, console, out_option, print_written, spinner
+from .app import app, console, out_option, print_written, spinner
 
 if TYPE_CHECKING:
     import polars as pl
@@ -18,7 +18,7 @@ def print_whatif_table(run: pl.DataFrame, source: str, warnings: list[str] | Non
     from rich.table import Table
     from rich.text import Text
 
-    from analysis.render.whatif import RUN_HEADERS, run_rows
+    from ..render.whatif import RUN_HEADERS, run_rows
 
     table = Table(title="What-if bounds (savings are upper bounds; assumptions in whatif.md)")
     for i, header in enumerate(RUN_HEADERS):
@@ -65,7 +65,7 @@ def whatif(
     ] = True,
 ) -> None:
     """Upper bounds per step: gen/train overlapped, no straggler tail, balanced ranks, no gaps."""
-    from analysis.jobs import whatif_to
+    from ..jobs import whatif_to
 
     with spinner(details=False) as reporter:
         done = whatif_to(run, out, lengths=lengths, steps=steps, figures=figures, reporter=reporter)

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from analysis.cli.app import app, console, fail, out_option, print_written, spinner
+from .app import app, console, fail, out_option, print_written, spinner
 
 if TYPE_CHECKING:
     import polars as pl
 
-    from analysis.workload.lengths import CapChoice
+    from ..workload.lengths import CapChoice
 
 lengths_app = typer.Typer(
     help="Response lengths (PolyTrace layout): statistics, stragglers, fits, synthetic traces.",
@@ -93,7 +93,7 @@ def lengths_analyze(
     task: Annotated[str, typer.Option(help="Task name for the fitted parameters.")] = "task",
 ) -> None:
     """Length statistics per step, drift, rank imbalance, figures; stragglers with --run."""
-    from analysis.jobs import analyze_lengths
+    from ..jobs import analyze_lengths
 
     with spinner(details=False) as reporter:
         done = analyze_lengths(paths, out, cap=cap, run=run, fit=fit, task=task, reporter=reporter)
@@ -109,8 +109,8 @@ def lengths_fit(
     task: Annotated[str, typer.Option(help="Task name.")] = "task",
 ) -> None:
     """Fit lognormal marginals and a joint Gaussian mixture (PolyTrace parameter layout)."""
-    from analysis.jobs import fit_lengths
-    from analysis.workload.fits import refused_fit_lines
+    from ..jobs import fit_lengths
+    from ..workload.fits import refused_fit_lines
 
     fitted = fit_lengths(paths, out, task=task)
     ks = fitted["output_distribution"]["ks_statistic"]
@@ -135,7 +135,7 @@ def lengths_sample(
     seed: Annotated[int, typer.Option()] = 0,
 ) -> None:
     """Write synthetic packed_lengths_step_{S}.jsonl files sampled from fitted parameters."""
-    from analysis.workload.fits import read_parameter_file, write_sampled_steps
+    from ..workload.fits import read_parameter_file, write_sampled_steps
 
     tasks = read_parameter_file(params)
     name = task or next(iter(tasks))
@@ -161,8 +161,8 @@ def fidelity(
     out: Annotated[Path, out_option("Folder for the comparison.")] = Path("fidelity"),
 ) -> None:
     """Trace phase times vs VeRL's timing_s/* per step: error %, accuracy per stage and overall."""
-    from analysis.jobs import fidelity_to
-    from analysis.workload.fidelity import to_markdown
+    from ..jobs import fidelity_to
+    from ..workload.fidelity import to_markdown
 
     with spinner(details=False) as reporter:
         done = fidelity_to(run, log, out, reporter=reporter)

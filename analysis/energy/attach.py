@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from analysis.energy.balance import energy_balance
-from analysis.energy.phases import ENERGY_COLUMNS, phase_energy
-from analysis.energy.samples import PowerData
-from analysis.model import EnergyTotals
+from ..model import EnergyTotals
+from .balance import energy_balance
+from .phases import ENERGY_COLUMNS, phase_energy
+from .samples import PowerData
 
 
 @dataclass(frozen=True)

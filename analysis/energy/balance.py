@@ -11,8 +11,8 @@ from typing import Any
 
 import polars as pl
 
-from analysis.energy.samples import PowerData, cumulative_energy, energy_at, sample_faults
-from analysis.frames import int_value
+from ..frames import int_value
+from .samples import PowerData, cumulative_energy, energy_at, sample_faults
 
 #: Relative tolerance of the conservation check. Every part is a difference of one cumulative
 #: curve per device, linearly interpolated at the phases' ends; interpolation moves energy

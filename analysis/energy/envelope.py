@@ -41,8 +41,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from analysis.energy.samples import PowerData, cumulative_energy, sample_faults
-from analysis.model import WINDOW, Analysis
+from ..model import WINDOW, Analysis
+from .samples import PowerData, cumulative_energy, sample_faults
 
 COUNTER = "energy_counter"
 READING = "power_w"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis.frames import previous_and_next
+from ..frames import previous_and_next
 
 
 def idle_guard_ns(interval_ns: int | None) -> int:

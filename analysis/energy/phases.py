@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analysis.energy.balance import exclusive_intervals, piece_energy
-from analysis.energy.idle import idle_baseline
-from analysis.energy.samples import PowerData, cumulative_energy, interval_energy, sample_faults
+from .balance import exclusive_intervals, piece_energy
+from .idle import idle_baseline
+from .samples import PowerData, cumulative_energy, interval_energy, sample_faults
 
 ENERGY_COLUMNS = {
     "energy_j": pl.Float64,

@@ -20,10 +20,11 @@ from typing import Any
 
 import polars as pl
 
-from analysis.errors import InputError
-from analysis.frames import PolarsDataType, previous_and_next
-from analysis.normalize.devices import normalize_uuid
 from nvtx_phases.naming import CLOCK_MARK_PATTERN, REQUIRED_SAMPLER_COLUMNS
+
+from ..errors import InputError
+from ..frames import PolarsDataType, previous_and_next
+from ..normalize.devices import normalize_uuid
 
 SAMPLE_COLUMNS = REQUIRED_SAMPLER_COLUMNS
 

@@ -10,11 +10,11 @@ a run either way. Heavy imports (Polars, matplotlib, the pipeline) happen inside
 so importing this module is cheap.
 """
 
-from analysis.jobs.capture import profile_workload, synthesize
-from analysis.jobs.common import QUIET, Reporter
-from analysis.jobs.lengths_dir import find_lengths
-from analysis.jobs.logs import LogsOutputs, logs_to
-from analysis.jobs.run import (
+from .capture import profile_workload, synthesize
+from .common import QUIET, Reporter
+from .lengths_dir import find_lengths
+from .logs import LogsOutputs, logs_to
+from .run import (
     AnalysisOutputs,
     analysis_folder,
     analyze_to,
@@ -25,9 +25,9 @@ from analysis.jobs.run import (
     open_run,
     resolve_traces,
 )
-from analysis.jobs.timeline import TimelineOutputs, timeline_to
-from analysis.jobs.whatif import WhatIfOutputs, whatif_to
-from analysis.jobs.workload import LengthsOutputs, analyze_lengths, fidelity_to, fit_lengths
+from .timeline import TimelineOutputs, timeline_to
+from .whatif import WhatIfOutputs, whatif_to
+from .workload import LengthsOutputs, analyze_lengths, fidelity_to, fit_lengths
 
 __all__ = [
     "QUIET",

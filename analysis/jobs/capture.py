@@ -6,12 +6,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analysis.errors import describe_error
+from ..errors import describe_error
 
 if TYPE_CHECKING:
-    from analysis.synth.config import SynthConfig
-    from analysis.synth.ray import RayConfig
     from nvtx_phases.nsys import Nsys, ProfileOptions, ProfileRun
+
+    from ..synth.config import SynthConfig
+    from ..synth.ray import RayConfig
 
 
 # --- capture and synthetic runs ------------------------------------------------------------------
@@ -51,9 +52,9 @@ def synthesize(out: Path, config: SynthConfig | RayConfig, *, truth: bool = True
     """
     import sqlite3
 
-    from analysis.errors import OutputError
-    from analysis.synth import build
-    from analysis.synth.ray import RayConfig, generate_ray
+    from ..errors import OutputError
+    from ..synth import build
+    from ..synth.ray import RayConfig, generate_ray
 
     try:
         if isinstance(config, RayConfig):

@@ -9,12 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analysis.jobs.common import Reporter
+from .common import Reporter
 
 if TYPE_CHECKING:
-    from analysis.model import Analysis
-    from analysis.render.drawing import Drawing
-    from analysis.render.report_units import Section
+    from ..model import Analysis
+    from ..render.drawing import Drawing
+    from ..render.report_units import Section
 
 
 def envelope_files(
@@ -33,9 +33,9 @@ def envelope_files(
     """
     if result.power_samples is None or result.power_samples.is_empty():
         return []  # before the imports: numpy is not needed then (start-up)
-    from analysis.energy.envelope import ENVELOPE_SCHEMA, power_envelope
-    from analysis.render.envelope import CSV_NAME, write_envelope_csv
-    from analysis.render.figure_tasks import envelope_task
+    from ..energy.envelope import ENVELOPE_SCHEMA, power_envelope
+    from ..render.envelope import CSV_NAME, write_envelope_csv
+    from ..render.figure_tasks import envelope_task
 
     if saved is not None and not table and (saved / CSV_NAME).is_file():
         import polars as pl
@@ -57,9 +57,9 @@ def gpu_metrics_files(result: Analysis, out: Path, reporter: Reporter) -> list[P
 
     Only on a fresh analysis: one read back from a folder lacks the per-operation columns.
     """
-    from analysis.aggregate.gpu_metrics import gpu_metrics_per_phase, projection_devices
-    from analysis.normalize.gpu_metrics import read_run_gpu_metrics
-    from analysis.render.gpu_metrics import write_gpu_metrics_csv
+    from ..aggregate.gpu_metrics import gpu_metrics_per_phase, projection_devices
+    from ..normalize.gpu_metrics import read_run_gpu_metrics
+    from ..render.gpu_metrics import write_gpu_metrics_csv
 
     metrics = read_run_gpu_metrics(result.summary.traces)
     for note in metrics.notes:
@@ -81,9 +81,9 @@ def length_sections(
     The figures go to ``drawing`` with the cap used (given, or inferred from the records); the
     warnings name length records of steps the run lacks and run steps without records.
     """
-    from analysis.render.figure_tasks import length_figure_tasks
-    from analysis.workload.lengths import read_packed_lengths
-    from analysis.workload.stragglers import run_lengths
+    from ..render.figure_tasks import length_figure_tasks
+    from ..workload.lengths import read_packed_lengths
+    from ..workload.stragglers import run_lengths
 
     responses = read_packed_lengths([length_dir])
     tables = run_lengths(result, responses, cap)

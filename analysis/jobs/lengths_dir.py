@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from analysis.model import Analysis
+    from ..model import Analysis
 
 
 def find_lengths(inputs: Sequence[Path]) -> Path | None:

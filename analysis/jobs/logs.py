@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analysis.jobs.common import QUIET, Reporter
+from .common import QUIET, Reporter
 
 if TYPE_CHECKING:
     import polars as pl
@@ -36,7 +36,7 @@ def _step_list(steps: list[int], most: int = 8) -> str:
 
 def summed_note(steps: list[int]) -> str:
     """Why ``steps`` have the sum of their phases as their time (no step timer logged)."""
-    from analysis.workload.verl_logs import SUMMED
+    from ..workload.verl_logs import SUMMED
 
     return (
         f"no step timer (timing_s/step) in steps {_step_list(steps)} (VeRL 0.1 logs none): "
@@ -55,9 +55,9 @@ def logs_to(
     ``figures/phase_share.{png,svg}`` (at most ``max_bars`` bars). A step logged again keeps the
     last file's values (noted); a log without step timers is a ``WorkloadInputError``.
     """
-    from analysis.render import verl_logs as render
-    from analysis.render.files import check_output_folder, output_folder
-    from analysis.workload import verl_logs as wl
+    from ..render import verl_logs as render
+    from ..render.files import check_output_folder, output_folder
+    from ..workload import verl_logs as wl
 
     check_output_folder(out)
     reporter.stage(f"reading {len(paths)} VeRL log(s)")

@@ -10,15 +10,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from analysis.attribute.phase_map import PhaseMap
-    from analysis.model import Analysis
-    from analysis.render.drawing import Drawing
-    from analysis.run.load import Engine
+    from ..attribute.phase_map import PhaseMap
+    from ..model import Analysis
+    from ..render.drawing import Drawing
+    from ..run.load import Engine
 
-from analysis.errors import one_line
-from analysis.jobs.common import QUIET, Reporter
-from analysis.jobs.extras import envelope_files, gpu_metrics_files, length_sections
-from analysis.jobs.lengths_dir import lengths_beside
+from ..errors import one_line
+from .common import QUIET, Reporter
+from .extras import envelope_files, gpu_metrics_files, length_sections
+from .lengths_dir import lengths_beside
 
 # --- one run: an analysis folder, or traces ------------------------------------------------------
 
@@ -29,7 +29,7 @@ def resolve_traces(paths: Sequence[Path], reporter: Reporter = QUIET) -> list[Pa
     Files as given; ``.nsys-rep`` reports exported (the ``.sqlite`` beside a report reused when
     it is newer; each export made is a note); a folder for the exports and reports directly in it.
     """
-    from analysis.run.inputs import resolve_trace_inputs
+    from ..run.inputs import resolve_trace_inputs
 
     return resolve_trace_inputs(paths, notify=reporter.note)
 
@@ -50,8 +50,8 @@ def load_saved_analysis(folder: Path) -> Analysis:
     """:func:`analysis.render.files.load_analysis`; a damaged file is a ``SavedAnalysisError``."""
     import polars as pl
 
-    from analysis.errors import SavedAnalysisError
-    from analysis.render.files import load_analysis
+    from ..errors import SavedAnalysisError
+    from ..render.files import load_analysis
 
     try:
         return load_analysis(folder)
@@ -78,8 +78,8 @@ def open_run(
     and ``force_combine``. ``steps``: a ``--steps`` spec (:mod:`analysis.run.select`), checked
     first. The caller closes the result (``with open_run(...) as run:``).
     """
-    from analysis.run.pipeline import analyze
-    from analysis.run.select import parse_steps, select_run
+    from ..run.pipeline import analyze
+    from ..run.select import parse_steps, select_run
 
     spec = parse_steps(steps) if steps else None  # a bad spec fails before a long analysis
     folder = analysis_folder(inputs)
@@ -100,8 +100,8 @@ def open_run(
 def _phase_map(
     path: Path | None, all_ranges: bool, strip_args: bool = False, folder: Path | None = None
 ) -> PhaseMap:  # an analysis folder keeps the options it was analyzed with: refused with one
-    from analysis.attribute.phase_map import default_phase_map, load_phase_map
-    from analysis.errors import InputError
+    from ..attribute.phase_map import default_phase_map, load_phase_map
+    from ..errors import InputError
 
     if folder is not None and (path is not None or all_ranges or strip_args):
         raise InputError(
@@ -117,7 +117,7 @@ def _invoked(
     result: Analysis, command_line: Sequence[str] | None, phase_map: Path | None, top: int | None
 ) -> Analysis:
     """``result`` with the command line, the phase map file and ``top_kernels`` in provenance."""
-    from analysis.run.provenance import with_invocation
+    from ..run.provenance import with_invocation
 
     return with_invocation(
         result,
@@ -192,10 +192,10 @@ def analyze_to(
     meanwhile (0: here; see :mod:`analysis.render.drawing`). The other options are
     :func:`analysis.run.pipeline.analyze`'s (``chunk_ops`` None: its default).
     """
-    from analysis.render.drawing import Drawing
-    from analysis.render.files import check_output_folder
-    from analysis.run.pipeline import analyze
-    from analysis.run.select import parse_steps, select_run
+    from ..render.drawing import Drawing
+    from ..render.files import check_output_folder
+    from ..run.pipeline import analyze
+    from ..run.select import parse_steps, select_run
 
     check_output_folder(out)  # before exporting .nsys-rep reports and analyzing
     spec = parse_steps(steps) if steps else None
@@ -225,7 +225,7 @@ def analyze_to(
                 result = select_run(result, spec)
             result = _invoked(result, command_line, phase_map, top_kernels)
             if drawing is not None and detail_steps:
-                from analysis.aggregate.step_stack import check_detail_steps
+                from ..aggregate.step_stack import check_detail_steps
 
                 check_detail_steps(result.steps, detail_steps)  # before anything is written
             written = _write_analysis(result, out, drawing, top_kernels, detail_steps, reporter)
@@ -242,8 +242,8 @@ def _write_analysis(
     reporter: Reporter,
 ) -> list[Path]:
     """``analyze``'s tables, and its figures drawn meanwhile by ``drawing``, into ``out``."""
-    from analysis.render.figure_tasks import phase_figure_tasks
-    from analysis.render.files import output_folder, write_outputs
+    from ..render.figure_tasks import phase_figure_tasks
+    from ..render.files import output_folder, write_outputs
 
     reporter.stage("writing outputs")
     with output_folder(out) as session:  # afterwards out holds this run's files only
@@ -284,17 +284,17 @@ def build_report(
     rollout's max response length; ``steps``: report only these steps. The others: as
     :func:`analyze_to`'s (phase_map, all_ranges, strip_args with an analysis folder: refused).
     """
-    from analysis.render.drawing import Drawing
-    from analysis.render.figure_tasks import phase_figure_tasks
-    from analysis.render.files import (
+    from ..render.drawing import Drawing
+    from ..render.figure_tasks import phase_figure_tasks
+    from ..render.files import (
         TABLE_NAMES,
         check_output_folder,
         output_folder,
         same_folder,
         write_outputs,
     )
-    from analysis.render.kernels_by_phase import kernel_sections
-    from analysis.render.report import write_report
+    from ..render.kernels_by_phase import kernel_sections
+    from ..render.report import write_report
 
     check_output_folder(out)  # before a long analysis, not after it
     _check_detail_syntax(detail_steps)
@@ -312,7 +312,7 @@ def build_report(
         ) as result,
     ):
         if detail_steps:
-            from analysis.aggregate.step_stack import check_detail_steps
+            from ..aggregate.step_stack import check_detail_steps
 
             check_detail_steps(result.steps, detail_steps)  # before anything is written
         # out ends up holding this run's files only; an analysis drawn from out itself stays
@@ -342,8 +342,8 @@ def build_report(
 
 def _check_detail_syntax(detail_steps: str | None) -> None:
     """A malformed ``--detail-steps`` fails before a long analysis (its steps are checked after)."""
-    from analysis.errors import InputError
-    from analysis.step_spec import parse_steps
+    from ..errors import InputError
+    from ..step_spec import parse_steps
 
     if detail_steps:
         try:
@@ -368,8 +368,8 @@ def compare_to(
     analysis folder); ``steps`` to every run (:mod:`analysis.run.select`). Writes
     :func:`analysis.render.compare_files.write_comparison`'s files, ``compare.md`` among them.
     """
-    from analysis.render.compare_files import write_comparison
-    from analysis.step_spec import parse_steps
+    from ..render.compare_files import write_comparison
+    from ..step_spec import parse_steps
 
     if steps:
         parse_steps(steps)  # a bad spec fails before any run is analyzed

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analysis.errors import OutputError
-from analysis.jobs.common import QUIET, Reporter
-from analysis.jobs.run import analysis_folder, open_run
+from ..errors import OutputError
+from .common import QUIET, Reporter
+from .run import analysis_folder, open_run
 
 if TYPE_CHECKING:  # Polars and the analysis are imported where used: importing jobs is cheap
     pass
@@ -78,9 +78,9 @@ def timeline_to(
     ``force_combine``/``strip_args`` apply to traces (a note for an analysis folder); ``steps``
     (``--steps`` syntax) keeps those steps' phases and operations.
     """
-    from analysis.attribute.phase_map import default_phase_map, load_phase_map
-    from analysis.render.timeline import build_timeline, write_timeline
-    from analysis.run.select import parse_steps, select_steps
+    from ..attribute.phase_map import default_phase_map, load_phase_map
+    from ..render.timeline import build_timeline, write_timeline
+    from ..run.select import parse_steps, select_steps
 
     spec = parse_steps(steps) if steps else None  # a bad spec fails before any reading
     check_output_file(out)

@@ -20,17 +20,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analysis.errors import WorkloadInputError, one_line
-from analysis.jobs.common import QUIET, Reporter
-from analysis.jobs.lengths_dir import find_lengths, traces_read
-from analysis.jobs.run import is_analysis_folder, open_run
 from nvtx_phases.naming import STEP  # stdlib only
+
+from ..errors import WorkloadInputError, one_line
+from .common import QUIET, Reporter
+from .lengths_dir import find_lengths, traces_read
+from .run import is_analysis_folder, open_run
 
 if TYPE_CHECKING:  # Polars and the analysis are imported where used: importing jobs is cheap
     import polars as pl
 
-    from analysis.model import Analysis, RunSummary
-    from analysis.workload.whatif import WhatIfInputs
+    from ..model import Analysis, RunSummary
+    from ..workload.whatif import WhatIfInputs
 
 #: the file ``nvtx-phases logs`` writes: one row per step and VeRL stage
 PHASE_TIMES = "phase_times.csv"
@@ -55,7 +56,7 @@ def _driver_rows(analysis: Analysis, name: str) -> pl.DataFrame:
     """The window rows (step and its direct children) of the process that marks the steps."""
     import polars as pl
 
-    from analysis.model import WINDOW
+    from ..model import WINDOW
 
     window = analysis.phases.filter(
         (pl.col("attribution") == WINDOW) & pl.col("step").is_not_null()
@@ -89,9 +90,9 @@ def _without_cut(rows: pl.DataFrame, name: str) -> tuple[pl.DataFrame, tuple[str
     """
     import polars as pl
 
-    from analysis.aggregate.shares import cut_steps, is_cut
-    from analysis.aggregate.steps import CUT_WHY
-    from analysis.render.whatif import format_seconds
+    from ..aggregate.shares import cut_steps, is_cut
+    from ..aggregate.steps import CUT_WHY
+    from ..render.whatif import format_seconds
 
     cut = cut_steps(rows)
     if not cut:
@@ -143,9 +144,9 @@ def inputs_from_analysis(
     """
     import polars as pl
 
-    from analysis.model import PROJECTION
-    from analysis.workload.stragglers import GENERATION_PHASES, generation_tails
-    from analysis.workload.whatif import WhatIfInputs, p90_response_tail
+    from ..model import PROJECTION
+    from ..workload.stragglers import GENERATION_PHASES, generation_tails
+    from ..workload.whatif import WhatIfInputs, p90_response_tail
 
     rows, left_out = _without_cut(_driver_rows(analysis, name), name)
     kept = rows["step"].unique().implode()
@@ -198,9 +199,10 @@ def inputs_from_phase_times(
     """
     import polars as pl
 
-    from analysis.workload.verl_logs import summed_steps
-    from analysis.workload.whatif import PHASE_TIMES_SCHEMA, WhatIfInputs, p90_response_tail
     from nvtx_phases.naming import VERL_TRAINER_PHASES
+
+    from ..workload.verl_logs import summed_steps
+    from ..workload.whatif import PHASE_TIMES_SCHEMA, WhatIfInputs, p90_response_tail
 
     missing = [c for c in PHASE_TIMES_SCHEMA if c not in frame.columns]
     if missing:
@@ -231,7 +233,7 @@ def inputs_from_phase_times(
 
 def _spec(steps: list[int]) -> str:
     """``steps`` as a ``--steps`` value without spaces (``2:5,7``)."""
-    from analysis.step_spec import steps_text
+    from ..step_spec import steps_text
 
     return steps_text(steps).replace(", ", ",")
 
@@ -243,8 +245,8 @@ def select_times(inp: WhatIfInputs, steps: str) -> WhatIfInputs:
     """
     import polars as pl
 
-    from analysis.errors import InputError
-    from analysis.step_spec import parse_steps
+    from ..errors import InputError
+    from ..step_spec import parse_steps
 
     spec = parse_steps(steps)
     have = sorted(inp.times["step"].unique().to_list())
@@ -267,8 +269,8 @@ def dominance_warnings(times: pl.DataFrame) -> list[str]:
     """A warning naming the steps that dominate the run's totals and the ``--steps`` without them."""
     import polars as pl
 
-    from analysis.render.whatif import format_seconds
-    from analysis.workload.whatif_pipeline import DOMINANT_FACTOR, dominant_steps
+    from ..render.whatif import format_seconds
+    from ..workload.whatif_pipeline import DOMINANT_FACTOR, dominant_steps
 
     steps = times.filter(pl.col("phase") == STEP).select("step", pl.col("seconds").alias("step_s"))
     found = dominant_steps(steps)
@@ -306,7 +308,7 @@ def read_phase_times(path: Path) -> pl.DataFrame:
     """
     import polars as pl
 
-    from analysis.workload.whatif import PHASE_TIMES_SCHEMA
+    from ..workload.whatif import PHASE_TIMES_SCHEMA
 
     try:
         raw = pl.read_csv(path, infer_schema_length=0)
@@ -328,7 +330,7 @@ def read_phase_times(path: Path) -> pl.DataFrame:
 
 def _length_stats(length_dir: Path | None, reporter: Reporter) -> pl.DataFrame | None:
     """Per-step length statistics of the records in ``length_dir`` (None: none found)."""
-    from analysis.workload.lengths import length_stats, read_packed_lengths
+    from ..workload.lengths import length_stats, read_packed_lengths
 
     if length_dir is None:
         return None
@@ -356,9 +358,9 @@ def whatif_to(
     Raises :class:`~analysis.errors.WorkloadInputError` for a run without steps, or whose
     every step is cut at the capture's end.
     """
-    from analysis.render.files import check_output_folder
-    from analysis.render.whatif import write_whatif
-    from analysis.workload.whatif import run_level, whatif_table
+    from ..render.files import check_output_folder
+    from ..render.whatif import write_whatif
+    from ..workload.whatif import run_level, whatif_table
 
     check_output_folder(out)
     length_dir = lengths or find_lengths(inputs)

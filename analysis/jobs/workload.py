@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import polars as pl
 
-    from analysis.workload.lengths import CapChoice
+    from ..workload.lengths import CapChoice
 
 
-from analysis.jobs.common import QUIET, Reporter
-from analysis.jobs.run import open_run
+from .common import QUIET, Reporter
+from .run import open_run
 
 # --- workload: lengths, fidelity -----------------------------------------------------------------
 
@@ -34,7 +34,7 @@ class LengthsOutputs:
 
 
 def _atomic_text(path: Path, text: str) -> Path:
-    from analysis.render.atomic import atomic_write
+    from ..render.atomic import atomic_write
 
     return atomic_write(path, lambda p: p.write_text(text))
 
@@ -57,11 +57,11 @@ def analyze_lengths(
     (``MissingDependency`` without scipy and scikit-learn, before any work); None fits when they
     are installed, else notes the skip.
     """
-    from analysis.errors import MissingDependency
-    from analysis.render.atomic import atomic_write
-    from analysis.render.length_figures import length_cdf, length_heatmap
-    from analysis.workload import lengths as lw
-    from analysis.workload.fits import FIT_HINT, missing_fit_dependencies
+    from ..errors import MissingDependency
+    from ..render.atomic import atomic_write
+    from ..render.length_figures import length_cdf, length_heatmap
+    from ..workload import lengths as lw
+    from ..workload.fits import FIT_HINT, missing_fit_dependencies
 
     missing = missing_fit_dependencies() if fit is not False else []
     if missing and fit:  # asked for explicitly
@@ -86,7 +86,7 @@ def analyze_lengths(
     if run is not None:
         written += _run_length_files(run, responses, choice, out, warnings, reporter)
     if fit is not False and not missing:
-        from analysis.workload.fits import fit_task, parameter_file, refused_fit_lines
+        from ..workload.fits import fit_task, parameter_file, refused_fit_lines
 
         fitted = fit_task(responses, task)
         warnings += [f"fits.json: {line}" for line in refused_fit_lines(fitted)]
@@ -113,9 +113,9 @@ def _run_length_files(
 
     Appends to ``warnings`` where the records' steps and the run's do not match.
     """
-    from analysis.render.atomic import atomic_write
-    from analysis.render.length_figures import straggler_timeline
-    from analysis.workload.stragglers import phase_imbalance, run_lengths
+    from ..render.atomic import atomic_write
+    from ..render.length_figures import straggler_timeline
+    from ..workload.stragglers import phase_imbalance, run_lengths
 
     with open_run([run], label=str(run), reporter=reporter) as analysis:
         tables = run_lengths(analysis, responses, cap)
@@ -133,8 +133,8 @@ def fit_lengths(paths: Sequence[Path], out: Path, *, task: str = "task") -> dict
 
     Returns the task's entry (``output_distribution``, ``joint_distribution``, …).
     """
-    from analysis.workload.fits import fit_task, parameter_file
-    from analysis.workload.lengths import read_packed_lengths
+    from ..workload.fits import fit_task, parameter_file
+    from ..workload.lengths import read_packed_lengths
 
     params = parameter_file(
         {task: fit_task(read_packed_lengths(paths), task)}, ", ".join(map(str, paths))
@@ -162,8 +162,8 @@ def fidelity_to(run: Path, log: Path, out: Path, *, reporter: Reporter = QUIET) 
     The log is read first: a missing one fails before a long analysis. ``summary.md`` starts
     with a warning when the two look like different runs (``summary.json``: ``same_run``).
     """
-    from analysis.render.atomic import atomic_write
-    from analysis.workload.fidelity import (
+    from ..render.atomic import atomic_write
+    from ..workload.fidelity import (
         compare_with_log,
         mismatch_warning,
         read_verl_log,

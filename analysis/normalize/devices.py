@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis.frames import PolarsDataType
-from analysis.read import specs as T
-from analysis.read.export import RawTrace
+from ..frames import PolarsDataType
+from ..read import specs as T
+from ..read.export import RawTrace
 
 #: Per report: ``device_id`` (the operations' deviceId) → ``device`` and what is known of it.
 IDENTITY_SCHEMA: dict[str, PolarsDataType] = {

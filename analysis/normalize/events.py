@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis.frames import PolarsDataType
-from analysis.normalize.classes import OP_CLASS_DTYPE, OpClass, kernel_class_expr, memcpy_class_expr
-from analysis.normalize.devices import fallback_device
-from analysis.read import specs as T
-from analysis.read.export import RawTrace
 from nvtx_phases.naming import DOMAIN
+
+from ..frames import PolarsDataType
+from ..read import specs as T
+from ..read.export import RawTrace
+from .classes import OP_CLASS_DTYPE, OpClass, kernel_class_expr, memcpy_class_expr
+from .devices import fallback_device
 
 #: ENUM_NSYS_EVENT_TYPE ids (stable from 2022.4 to 2026.2).
 NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND = 59, 60, 70, 71

@@ -31,12 +31,12 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.errors import MissingColumns, TraceReadError
-from analysis.frames import PolarsDataType
-from analysis.model import TraceInfo
-from analysis.normalize.devices import fallback_device, gpu_identities
-from analysis.read import specs as T
-from analysis.read.export import Export, RawTrace
+from ..errors import MissingColumns, TraceReadError
+from ..frames import PolarsDataType
+from ..model import TraceInfo
+from ..read import specs as T
+from ..read.export import Export, RawTrace
+from .devices import fallback_device, gpu_identities
 
 #: ``typeId & GPU_INDEX_MASK`` is the sampled GPU's ``TARGET_INFO_GPU.id``.
 GPU_INDEX_MASK = 0xFF

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from analysis.errors import UnsupportedExport
-from analysis.frames import PolarsDataType
-from analysis.normalize.events import RUNTIME_SCHEMA
+from ..errors import UnsupportedExport
+from ..frames import PolarsDataType
+from .events import RUNTIME_SCHEMA
 
 CALL_COLUMNS: dict[str, PolarsDataType] = {
     "gtid": pl.Int64,

@@ -18,9 +18,9 @@ import adbc_driver_manager as adbc
 import adbc_driver_sqlite
 import polars as pl
 
-from analysis.errors import MissingColumns, NotAnNsysExport, TraceReadError
-from analysis.read import specs as T
-from analysis.read.specs import TableSpec
+from ..errors import MissingColumns, NotAnNsysExport, TraceReadError
+from . import specs as T
+from .specs import TableSpec
 
 
 @dataclass

@@ -18,10 +18,10 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from analysis.aggregate.steps import STEP_METRICS
-from analysis.model import PROJECTION, WINDOW
-from analysis.render.captions import MAX_PANEL_PHASES
-from analysis.render.figures import plt, save_figure
+from ..aggregate.steps import STEP_METRICS
+from ..model import PROJECTION, WINDOW
+from .captions import MAX_PANEL_PHASES
+from .figures import plt, save_figure
 
 #: most phases drawn per panel (the largest by the metric); all of them go to the tables
 #: the canvas of every comparison figure (inches)

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.model import Analysis
-from analysis.render.atomic import atomic_write
-from analysis.render.compare_figures import comparison_figures
-from analysis.render.compare_page import compare_html
-from analysis.render.comparison import comparison_markdown, shown_metrics
-from analysis.workload.compare import compare_runs
+from ..model import Analysis
+from ..workload.compare import compare_runs
+from .atomic import atomic_write
+from .compare_figures import comparison_figures
+from .compare_page import compare_html
+from .comparison import comparison_markdown, shown_metrics
 
 
 def write_comparison(runs: dict[str, Analysis], out: str | Path) -> list[Path]:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.render.captions import compare_caption
-from analysis.render.comparison import has_graphs, intro, metric_tables, metric_title
-from analysis.render.report_html import escape_html, html_figure, page
+from .captions import compare_caption
+from .comparison import has_graphs, intro, metric_tables, metric_title
+from .report_html import escape_html, html_figure, page
 
 
 def _table(header: list[str], body: list[list[str]]) -> str:

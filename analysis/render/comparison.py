@@ -15,9 +15,9 @@ from typing import Any
 
 import polars as pl
 
-from analysis.aggregate.steps import STEP_METRICS
-from analysis.render.report_html import escape_md
-from analysis.workload.compare import FLOOR_TEXT, KEYS
+from ..aggregate.steps import STEP_METRICS
+from ..workload.compare import FLOOR_TEXT, KEYS
+from .report_html import escape_md
 
 #: the metrics ``compare.md`` shows, in order (those without a value in any run are left out)
 MARKDOWN_METRICS = tuple(STEP_METRICS)

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from analysis.frames import int_value
-from analysis.render.atomic import atomic_write
-from analysis.render.report_units import fixed
+from ..frames import int_value
+from .atomic import atomic_write
+from .report_units import fixed
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -107,7 +107,7 @@ def _gpu_panel(ax: Axes, data: pl.DataFrame, paths: list[str]) -> None:
     """Per GPU and phase: p50 dot, p95 tick, max triangle; past MAX_GPU_MARKS, over the GPUs."""
     from matplotlib.lines import Line2D
 
-    from analysis.normalize.devices import device_label
+    from ..normalize.devices import device_label
 
     where = {p: i for i, p in enumerate(paths)}
     if not data.is_empty() and data["panel"][0] == "gpus":
@@ -146,7 +146,7 @@ def _node_panels(power: Axes, ramp: Axes, nodes: pl.DataFrame, paths: list[str])
     """
     from matplotlib.patches import Patch
 
-    from analysis.render.figures import HATCHES, phase_hex
+    from .figures import HATCHES, phase_hex
 
     hosts = sorted(nodes["host"].unique().to_list())
     width = 0.8 / max(len(hosts), 1)
@@ -213,7 +213,7 @@ def power_envelope_figure(envelope: pl.DataFrame, out: str | Path) -> list[Path]
         return []
     import matplotlib.pyplot as plt
 
-    from analysis.render.figures import save_figure  # sets the headless backend
+    from .figures import save_figure  # sets the headless backend
 
     paths = list(dict.fromkeys(envelope["path"].to_list()))  # the table's order: first start
     data = envelope_figure_data(envelope)

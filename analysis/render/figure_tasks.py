@@ -11,15 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analysis.render.drawing import FigureTask
+from .drawing import FigureTask
 
 if TYPE_CHECKING:
     import polars as pl
 
-    from analysis.model import Analysis
+    from ..model import Analysis
 
-_FIGURES = "analysis.render.figures"
-_LENGTHS = "analysis.render.length_figures"
+_FIGURES = "nvtx_phases.analysis.render.figures"
+_LENGTHS = "nvtx_phases.analysis.render.length_figures"
 
 
 def phase_figure_tasks(
@@ -53,7 +53,7 @@ def phase_figure_tasks(
 
 def envelope_task(envelope: pl.DataFrame, out: Path) -> FigureTask:
     """``figures/power_envelope``: see :func:`analysis.render.envelope.power_envelope_figure`."""
-    return FigureTask("analysis.render.envelope:power_envelope_figure", (envelope, out))
+    return FigureTask("nvtx_phases.analysis.render.envelope:power_envelope_figure", (envelope, out))
 
 
 def length_figure_tasks(
@@ -75,7 +75,7 @@ def power_figures(
     detail_steps: str | None = None,
 ) -> list[Path]:
     """Both power figures, from one copy of the samples: the overview, then the detail."""
-    from analysis.render.power_figure import power_timeline, power_timeline_detail
+    from .power_figure import power_timeline, power_timeline_detail
 
     return power_timeline(phases, samples, out) + power_timeline_detail(
         phases, samples, steps, out, detail_steps

@@ -19,12 +19,13 @@ from matplotlib.axes import Axes
 from matplotlib.colors import to_rgba
 from matplotlib.patches import Patch
 
-from analysis.aggregate.shares import share_over_steps, step_shares
-from analysis.aggregate.step_stack import OTHER, phase_totals, step_stack
-from analysis.frames import int_value
-from analysis.normalize.devices import device_label
-from analysis.render.atomic import atomic_write
 from nvtx_phases.naming import phase_color
+
+from ..aggregate.shares import share_over_steps, step_shares
+from ..aggregate.step_stack import OTHER, phase_totals, step_stack
+from ..frames import int_value
+from ..normalize.devices import device_label
+from .atomic import atomic_write
 
 # Same inputs, same bytes: fixed SVG ids and no creation date, so outputs can be diffed.
 matplotlib.rcParams["svg.hashsalt"] = "nvtx-phases"

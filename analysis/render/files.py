@@ -24,11 +24,11 @@ from pathlib import Path, PurePosixPath
 
 import polars as pl
 
-from analysis.aggregate.activity_writer import ACTIVITY_FILE
-from analysis.aggregate.kernels_by_phase import DEFAULT_TOP
-from analysis.errors import OutputError, SavedAnalysisError
-from analysis.model import Analysis, RunSummary
-from analysis.render.atomic import atomic_write
+from ..aggregate.activity_writer import ACTIVITY_FILE
+from ..aggregate.kernels_by_phase import DEFAULT_TOP
+from ..errors import OutputError, SavedAnalysisError
+from ..model import Analysis, RunSummary
+from .atomic import atomic_write
 
 #: the list of files the tool wrote into an output folder (hidden; JSON)
 MANIFEST = ".nvtx-phases-outputs.json"
@@ -250,7 +250,7 @@ def write_outputs(
 
     Also ``kernels_by_phase.csv``: the ``top_kernels`` kernel names per phase (None or 0: all).
     """
-    from analysis.render.kernels_by_phase import write_kernels_by_phase
+    from .kernels_by_phase import write_kernels_by_phase
 
     out = Path(out)
     # the per-operation table is the big write (Polars releases the GIL): in a thread, while

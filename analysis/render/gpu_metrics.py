@@ -10,7 +10,7 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.render.atomic import atomic_write
+from .atomic import atomic_write
 
 CSV_NAME = "gpu_metrics_per_phase.csv"
 

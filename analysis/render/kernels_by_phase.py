@@ -12,10 +12,10 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.aggregate.kernels_by_phase import DEFAULT_TOP, SCHEMA, kernels_by_phase
-from analysis.model import Analysis
-from analysis.render.atomic import atomic_write
-from analysis.render.report_units import Section
+from ..aggregate.kernels_by_phase import DEFAULT_TOP, SCHEMA, kernels_by_phase
+from ..model import Analysis
+from .atomic import atomic_write
+from .report_units import Section
 
 FILE_NAME = "kernels_by_phase.csv"
 #: phases and kernels per phase the report shows

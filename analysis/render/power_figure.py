@@ -27,16 +27,16 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from analysis.aggregate.step_stack import (
+from ..aggregate.step_stack import (
     check_detail_steps,  # noqa: F401 (the CLI's import)
     driver_phases,
     resolve_detail_steps,
     step_windows,
 )
-from analysis.frames import int_value
-from analysis.model import WINDOW
-from analysis.normalize.devices import device_label
-from analysis.render.figures import phase_hex, save_figure
+from ..frames import int_value
+from ..model import WINDOW
+from ..normalize.devices import device_label
+from .figures import phase_hex, save_figure
 
 #: both power figures' canvas (inches), whatever the number of steps and GPUs
 CANVAS = (8.0, 4.5)

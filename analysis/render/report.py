@@ -17,12 +17,12 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.aggregate.steps import PROCESS_COLUMNS, over_steps, step_phase_metrics
-from analysis.model import PROJECTION, WINDOW, Analysis
-from analysis.render.atomic import atomic_write
-from analysis.render.captions import caption_for
-from analysis.render.report_findings import Finding, what_stands_out
-from analysis.render.report_html import (
+from ..aggregate.steps import PROCESS_COLUMNS, over_steps, step_phase_metrics
+from ..model import PROJECTION, WINDOW, Analysis
+from .atomic import atomic_write
+from .captions import caption_for
+from .report_findings import Finding, what_stands_out
+from .report_html import (
     csv_name,
     escape_html,
     escape_md,
@@ -32,7 +32,7 @@ from analysis.render.report_html import (
     md_table,
     page,
 )
-from analysis.render.report_units import ReportTable, Section, humanize
+from .report_units import ReportTable, Section, humanize
 
 #: an extra report section from another module: (title, table in the analysis' own columns)
 

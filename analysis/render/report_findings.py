@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from analysis.aggregate.shares import inside_step, is_cut, share_over_steps, step_shares
-from analysis.aggregate.steps import cut_note
-from analysis.model import PROJECTION, WINDOW, Analysis
-from analysis.render.report_units import fixed
+from ..aggregate.shares import inside_step, is_cut, share_over_steps, step_shares
+from ..aggregate.steps import cut_note
+from ..model import PROJECTION, WINDOW, Analysis
+from .report_units import fixed
 
 
 @dataclass(frozen=True)
@@ -249,7 +249,7 @@ def what_stands_out(analysis: Analysis, summary: pl.DataFrame) -> list[Finding]:
 
     Then, where ranges were cut at the capture's end, a fifth saying what is left out and why.
     """
-    from analysis.workload.stragglers import generation_tails
+    from ..workload.stragglers import generation_tails
 
     note = cut_note(analysis.phases)
     cut = [Finding(CUT_TOPIC, note[0].upper() + note[1:])] if note else []

@@ -24,10 +24,10 @@ from rich.console import Console
 from rich.table import Column, Table
 from rich.text import Text
 
-from analysis.aggregate.steps import PROCESS_COLUMNS
-from analysis.model import PROJECTION, WINDOW, Analysis
-from analysis.render.report import NO_STEPS, scheme_gpu_times, step_count
-from analysis.render.report_units import fixed
+from ..aggregate.steps import PROCESS_COLUMNS
+from ..model import PROJECTION, WINDOW, Analysis
+from .report import NO_STEPS, scheme_gpu_times, step_count
+from .report_units import fixed
 
 #: what a GPU column shows where no GPU is in the row's scope
 NO_GPU = "—"

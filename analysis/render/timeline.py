@@ -23,9 +23,9 @@ from typing import Any, Final
 import numpy as np
 import polars as pl
 
-from analysis.model import WINDOW, Analysis
-from analysis.render.atomic import atomic_write
-from analysis.render.timeline_ranges import nest_lanes, timeline_ranges
+from ..model import WINDOW, Analysis
+from .atomic import atomic_write
+from .timeline_ranges import nest_lanes, timeline_ranges
 
 SPAN_COLUMNS: Final = ("trace", "pid", "device", "stream", "start_ns", "end_ns")
 #: what one operation's slice shows (columns an analysis lacks are left out)

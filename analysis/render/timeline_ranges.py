@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import polars as pl
 
-from analysis.model import Analysis
+from ..model import Analysis
 
 #: the args group with the range's own interval, and the one with its phase-table row's totals
 RANGE_KEY: Final = "this range"

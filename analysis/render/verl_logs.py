@@ -10,16 +10,16 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from analysis.render.report_units import fixed
-from analysis.workload import verl_logs as wl
-from analysis.workload.verl_logs import OTHER, STEP
+from ..workload import verl_logs as wl
+from ..workload.verl_logs import OTHER, STEP
+from .report_units import fixed
 
 if TYPE_CHECKING:
     import matplotlib.pyplot as plt
     import numpy as np
     from rich.table import Table
 
-    from analysis.render.files import OutputSession
+    from .files import OutputSession
 
 #: the figure's size in inches, whatever the number of steps (bars are binned past ``max_bars``)
 FIGURE_SIZE = (10.0, 5.0)
@@ -194,7 +194,7 @@ def phase_share_figure(shares: pl.DataFrame, bars: pl.DataFrame, out: Path) -> l
     """
     import numpy as np
 
-    from analysis.render.figures import plt, save_figure
+    from .figures import plt, save_figure
 
     if bars.is_empty():
         return []

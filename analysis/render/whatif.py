@@ -9,9 +9,9 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.render.atomic import atomic_write
-from analysis.render.report_units import fixed
-from analysis.workload.whatif import ENERGY_RULE, OVERLAP, OVERLAP_FORMULA, WHOLE_STEP
+from ..workload.whatif import ENERGY_RULE, OVERLAP, OVERLAP_FORMULA, WHOLE_STEP
+from .atomic import atomic_write
+from .report_units import fixed
 
 #: the run-level columns the Markdown table and the CLI show, with their headers
 RUN_HEADERS = (
@@ -215,7 +215,7 @@ def whatif_figure(table: pl.DataFrame, out: Path, *, max_points: int = MAX_POINT
     """
     from matplotlib.ticker import MaxNLocator
 
-    from analysis.render.figures import plt, save_figure  # matplotlib only when drawing
+    from .figures import plt, save_figure  # matplotlib only when drawing
 
     data = whatif_figure_data(table, max_points=max_points)
     if data.is_empty():

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
 
-from analysis.errors import CombineError
+from ..errors import CombineError
 
 #: Gap between capture windows still read as one run: the clock disagreement between hosts this
 #: alignment allows for (NTP: up to ~10 ms). Two separate nsys captures lie seconds apart at the

@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from analysis.errors import InputError, OutputError
+from ..errors import InputError, OutputError
 
 #: the extension of an Nsight Systems report
 REPORT_SUFFIX = ".nsys-rep"

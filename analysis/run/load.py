@@ -22,10 +22,10 @@ from typing import Any, Literal
 
 import polars as pl
 
-from analysis.errors import AnalysisError, MissingDependency
-from analysis.frames import PolarsDataType
-from analysis.normalize.devices import gpu_identities, unidentified_warning
-from analysis.normalize.events import (
+from ..errors import AnalysisError, MissingDependency
+from ..frames import PolarsDataType
+from ..normalize.devices import gpu_identities, unidentified_warning
+from ..normalize.events import (
     OP_TABLES,
     RUNTIME_SCHEMA,
     gpu_op_rows,
@@ -34,11 +34,11 @@ from analysis.normalize.events import (
     runtime_rows,
     strings_of,
 )
-from analysis.normalize.launches import CallIndex
-from analysis.read import specs as T
-from analysis.read.export import Export, RawTrace, read_export
-from analysis.read.prefetch import Prefetched, in_threads
-from analysis.run.spill import BATCH_ROWS, DEFAULT_CHUNK_OPS, OpsStore, collect_ops
+from ..normalize.launches import CallIndex
+from ..read import specs as T
+from ..read.export import Export, RawTrace, read_export
+from ..read.prefetch import Prefetched, in_threads
+from .spill import BATCH_ROWS, DEFAULT_CHUNK_OPS, OpsStore, collect_ops
 
 #: how files are read: one after another, in a process pool, or as Ray tasks
 Engine = Literal["serial", "process", "ray"]

@@ -16,18 +16,18 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.attribute.buckets import Attributed, Bucket, attribute_buckets
-from analysis.attribute.phase_map import PhaseMap, default_phase_map
-from analysis.energy.samples import PowerData, align, load_samples
-from analysis.errors import NothingToAnalyze, OutputError
-from analysis.frames import concat_or_empty
-from analysis.model import Analysis, GpuDevice, RunSummary, TraceInfo
-from analysis.normalize.events import MARKS_SCHEMA, NO_RANGES_HINT, RANGES_SCHEMA
-from analysis.normalize.launches import duplicate_warning, orphan_warning
-from analysis.run.clocks import check_combinable, clock_offsets
-from analysis.run.load import Engine, LoadedTrace, load_all, shifted
-from analysis.run.provenance import analyze_options, finished, started
-from analysis.run.spill import DEFAULT_CHUNK_OPS
+from ..attribute.buckets import Attributed, Bucket, attribute_buckets
+from ..attribute.phase_map import PhaseMap, default_phase_map
+from ..energy.samples import PowerData, align, load_samples
+from ..errors import NothingToAnalyze, OutputError
+from ..frames import concat_or_empty
+from ..model import Analysis, GpuDevice, RunSummary, TraceInfo
+from ..normalize.events import MARKS_SCHEMA, NO_RANGES_HINT, RANGES_SCHEMA
+from ..normalize.launches import duplicate_warning, orphan_warning
+from .clocks import check_combinable, clock_offsets
+from .load import Engine, LoadedTrace, load_all, shifted
+from .provenance import analyze_options, finished, started
+from .spill import DEFAULT_CHUNK_OPS
 
 __all__ = ["analyze", "bucket_edges", "find_power_files"]
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import polars as pl
 
-from analysis.attribute.phase_map import PhaseMap, default_phase_map
-from analysis.model import Analysis, InputFile, Provenance, tool_version
+from ..attribute.phase_map import PhaseMap, default_phase_map
+from ..model import Analysis, InputFile, Provenance, tool_version
 
 
 def utc_iso(seconds: float) -> str:

@@ -30,12 +30,12 @@ from typing import Any
 
 import polars as pl
 
-from analysis.aggregate.activity import operation_counts
-from analysis.aggregate.phases import kernel_partial, kernel_table
-from analysis.errors import InputError
-from analysis.frames import int_value
-from analysis.model import Analysis, GpuTotals, RunSummary
-from analysis.step_spec import StepSpec, parse_steps, steps_text
+from ..aggregate.activity import operation_counts
+from ..aggregate.phases import kernel_partial, kernel_table
+from ..errors import InputError
+from ..frames import int_value
+from ..model import Analysis, GpuTotals, RunSummary
+from ..step_spec import StepSpec, parse_steps, steps_text
 
 __all__ = [
     "StepSpec",

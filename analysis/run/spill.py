@@ -16,10 +16,10 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.errors import OutputError
-from analysis.frames import PolarsDataType
-from analysis.normalize.events import OPS_SCHEMA
-from analysis.normalize.launches import CALL_COLUMNS, CallIndex
+from ..errors import OutputError
+from ..frames import PolarsDataType
+from ..normalize.events import OPS_SCHEMA
+from ..normalize.launches import CALL_COLUMNS, CallIndex
 
 #: Rows per batch read from SQLite.
 BATCH_ROWS = 131_072

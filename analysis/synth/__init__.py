@@ -13,10 +13,10 @@ truth), ``lengths`` (length records), ``build`` (writing the GRPO run's files); 
 for the Ray capture.
 """
 
-from analysis.synth.build import generate
-from analysis.synth.config import SynthConfig
-from analysis.synth.lengths import write_lengths
-from analysis.synth.ray import RayConfig, generate_ray
-from analysis.synth.schema import TABLES
+from .build import generate
+from .config import SynthConfig
+from .lengths import write_lengths
+from .ray import RayConfig, generate_ray
+from .schema import TABLES
 
 __all__ = ["TABLES", "RayConfig", "SynthConfig", "generate", "generate_ray", "write_lengths"]

@@ -31,13 +31,13 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from analysis.synth.config import WORKER_PID0, SynthConfig
-from analysis.synth.constants import BASE_UTC_NS, DRIVER_PID
-from analysis.synth.export import ExportFile, Process, write_export
-from analysis.synth.lengths import write_lengths
-from analysis.synth.model import GrpoBuilder
-from analysis.synth.schema import TABLES
-from analysis.synth.truth import ground_truth
+from .config import WORKER_PID0, SynthConfig
+from .constants import BASE_UTC_NS, DRIVER_PID
+from .export import ExportFile, Process, write_export
+from .lengths import write_lengths
+from .model import GrpoBuilder
+from .schema import TABLES
+from .truth import ground_truth
 
 _GENERATED_BY = "nvtx-phases analysis.synth (synthetic VeRL-like GRPO run)"
 

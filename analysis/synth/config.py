@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analysis.synth.constants import MS, US
+from .constants import MS, US
 
 WORKER_PID0 = 2000
 FIRST_STEP_NS = 5 * MS

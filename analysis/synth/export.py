@@ -12,8 +12,10 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from analysis.synth.constants import DRIVER_PID, LAUNCH_NAMES, VM_ID
-from analysis.synth.schema import (
+from nvtx_phases.power import clock_mark_text
+
+from .constants import DRIVER_PID, LAUNCH_NAMES, VM_ID
+from .schema import (
     GRAPH_COLUMNS,
     GRAPH_TRACE_TABLE,
     KERNEL_COLUMNS,
@@ -24,8 +26,7 @@ from analysis.synth.schema import (
     graph_trace_ddl,
     insert,
 )
-from analysis.synth.timeline import GpuOp, Timeline
-from nvtx_phases.power import clock_mark_text
+from .timeline import GpuOp, Timeline
 
 _NVTX_COLUMNS = (
     "start",

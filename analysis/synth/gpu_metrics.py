@@ -30,11 +30,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from analysis.synth.build import generate
-from analysis.synth.config import WORKER_PID0, SynthConfig
-from analysis.synth.constants import US, VM_ID
-from analysis.synth.model import GrpoBuilder
-from analysis.synth.schema import insert
+from .build import generate
+from .config import WORKER_PID0, SynthConfig
+from .constants import US, VM_ID
+from .model import GrpoBuilder
+from .schema import insert
 
 _CREATE = r"(CREATE TABLE (\w+) \(.*?\n\);)"
 _SCHEMA_FILE = "nsys-gpu-metrics-2023.4.4.sql"
@@ -156,7 +156,9 @@ def _metric_ids(gm: GpuMetricsConfig, gpu: int) -> dict[str, int]:
 
 
 def _ddl(tables: set[str]) -> str:
-    text = resources.files("analysis.synth").joinpath(f"schema/{_SCHEMA_FILE}").read_text()
+    text = (
+        resources.files("nvtx_phases.analysis.synth").joinpath(f"schema/{_SCHEMA_FILE}").read_text()
+    )
     return "\n".join(s for s, name in re.findall(_CREATE, text, flags=re.S) if name in tables)
 
 

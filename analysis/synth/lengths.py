@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.synth.config import SynthConfig
+from .config import SynthConfig
 
 
 def write_lengths(

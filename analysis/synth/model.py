@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import math
 
-from analysis.synth.config import (
+from nvtx_phases.power import COLUMNS as SAMPLER_COLUMNS
+
+from .config import (
     DECODE_GRAPHS,
     FIRST_STEP_NS,
     GRPO_PHASES,
     WORKER_PID0,
     SynthConfig,
 )
-from analysis.synth.constants import (
+from .constants import (
     COMPUTE_KERNELS,
     COPY_KIND_D2D,
     COPY_KIND_P2P,
@@ -26,8 +28,7 @@ from analysis.synth.constants import (
     US,
     OpKind,
 )
-from analysis.synth.timeline import PhaseSpan, TailCopies, Timeline
-from nvtx_phases.power import COLUMNS as SAMPLER_COLUMNS
+from .timeline import PhaseSpan, TailCopies, Timeline
 
 #: Columns of the sampler's Parquet before it recorded GPU UUIDs; the default synthetic power
 #: files keep this layout (an older sampler's file), so the bundled samples stay as they were.

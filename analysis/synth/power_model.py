@@ -7,7 +7,7 @@ from typing import Protocol
 
 import numpy as np
 
-from analysis.synth.constants import BASE_UTC_NS, DRIVER_PID
+from .constants import BASE_UTC_NS, DRIVER_PID
 
 
 class PowerKnobs(Protocol):

@@ -53,7 +53,7 @@ _CREATE = r"(CREATE TABLE (\w+) \(.*?\n\);)"
 
 
 def _schema_file(name: str) -> str:
-    return resources.files("analysis.synth").joinpath(f"schema/{name}").read_text()
+    return resources.files("nvtx_phases.analysis.synth").joinpath(f"schema/{name}").read_text()
 
 
 def ddl(tables: set[str]) -> str:

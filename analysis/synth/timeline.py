@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.synth.constants import (
+from .constants import (
     COMPUTE_KERNELS,
     COMPUTE_STREAM,
     COPY_KIND_D2H,
@@ -29,7 +29,7 @@ from analysis.synth.constants import (
     US,
     OpKind,
 )
-from analysis.synth.power_model import PowerKnobs, PowerModel
+from .power_model import PowerKnobs, PowerModel
 
 #: Trainer phase → (worker range name or None when no worker range runs, length in ms).
 Phases = tuple[tuple[str, str | None, float], ...]

@@ -10,8 +10,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from analysis.synth.model import GrpoBuilder
-from analysis.synth.timeline import GpuOp, Range, Timeline
+from .model import GrpoBuilder
+from .timeline import GpuOp, Range, Timeline
 
 GRAPH_NOTE = (
     "A CUDA graph execution (CUPTI_ACTIVITY_KIND_GRAPH_TRACE row, launched by "

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis.aggregate.steps import STEP_METRICS, over_steps, step_phase_metrics
-from analysis.errors import WorkloadInputError
-from analysis.model import Analysis
+from ..aggregate.steps import STEP_METRICS, over_steps, step_phase_metrics
+from ..errors import WorkloadInputError
+from ..model import Analysis
 
 #: the columns naming one phase in the comparison tables
 KEYS = ["path", "attribution"]

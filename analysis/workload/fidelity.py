@@ -30,9 +30,9 @@ from typing import cast
 
 import polars as pl
 
-from analysis.errors import InputError, WorkloadInputError
-from analysis.model import WINDOW, Analysis
-from analysis.render.report_units import duration, fixed
+from ..errors import InputError, WorkloadInputError
+from ..model import WINDOW, Analysis
+from ..render.report_units import duration, fixed
 
 MIN_SCORED_S = 0.001
 """Logged stage times below this (seconds) are reported but not scored in the overall accuracy."""
@@ -269,7 +269,7 @@ def same_run_check(
     noted); overall accuracy under :data:`SAME_RUN_MIN_ACCURACY_PCT`; the median of trace ÷
     logged time over the scored pairs beyond :data:`SAME_RUN_MAX_TIME_RATIO` either way.
     """
-    from analysis.step_spec import steps_text
+    from ..step_spec import steps_text
 
     trace, logged = sorted(set(trace_steps)), sorted(set(logged_steps))
     unpaired = sorted(set(trace) - {t for t, _ in pairs})

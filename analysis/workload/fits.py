@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from analysis.errors import MissingDependency, WorkloadInputError
+from ..errors import MissingDependency, WorkloadInputError
 
 #: how to get what the fits need (an optional extra: scipy and scikit-learn, ~200 MB installed)
 FIT_HINT = "pip install 'nvtx-phases[fit]'"

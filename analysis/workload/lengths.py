@@ -17,7 +17,7 @@ from typing import cast
 
 import polars as pl
 
-from analysis.errors import InputError, WorkloadInputError
+from ..errors import InputError, WorkloadInputError
 
 PACKED_GLOB = "packed_lengths_step_*.jsonl"
 REWARD_GLOB = "reward_timings_step_*.jsonl"
@@ -271,7 +271,7 @@ def step_coverage(
     steps are a ``--steps`` selection (said in the warning). Steps counted differently (the
     run's payload-less step ranges numbered 0, 1, … against VeRL's 1, 2, …) are pointed out.
     """
-    from analysis.step_spec import steps_text
+    from ..step_spec import steps_text
 
     have, run = sorted(set(length_steps)), sorted(set(run_steps))
     extra = [s for s in have if s not in set(run)]

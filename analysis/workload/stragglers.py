@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from analysis.energy.samples import PowerData, cumulative_energy, energy_at
-from analysis.model import PROJECTION, WINDOW, Analysis
-from analysis.workload.lengths import CapChoice, length_stats, resolve_cap, step_coverage
+from ..energy.samples import PowerData, cumulative_energy, energy_at
+from ..model import PROJECTION, WINDOW, Analysis
+from .lengths import CapChoice, length_stats, resolve_cap, step_coverage
 
 GENERATION_PHASES = ("generate_sequences", "generation")
 
@@ -169,7 +169,7 @@ def run_lengths(
     ``cap``: the rollout's max response length, or None to infer it
     (:func:`~analysis.workload.lengths.resolve_cap`).
     """
-    from analysis.run.select import available_steps
+    from ..run.select import available_steps
 
     choice = cap if isinstance(cap, CapChoice) else resolve_cap(responses, cap)
     stats = length_stats(responses, cap=choice)

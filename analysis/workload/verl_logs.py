@@ -33,8 +33,8 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.aggregate.shares import share_over_steps
-from analysis.errors import InputError, WorkloadInputError
+from ..aggregate.shares import share_over_steps
+from ..errors import InputError, WorkloadInputError
 
 #: timer key prefixes, newest first (``timing_s/`` wins over ``timing/`` for a step)
 TIMER_PREFIXES = ("timing_s/", "timing/")

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from analysis.workload.verl_logs import PHASE_TIMES_SCHEMA
-from analysis.workload.whatif_pipeline import OVERLAP_FORMULA, pipeline, slot_note
 from nvtx_phases.naming import STEP
+
+from .verl_logs import PHASE_TIMES_SCHEMA
+from .whatif_pipeline import OVERLAP_FORMULA, pipeline, slot_note
 
 __all__ = ["OVERLAP_FORMULA", "PHASE_TIMES_SCHEMA"]  # re-exported
 

@@ -13,14 +13,15 @@ from checks.gpu_check.stubs import stub_missing_adbc, stub_missing_nvtx
 ADBC_STUBBED = stub_missing_adbc()
 NVTX_STUBBED = stub_missing_nvtx()
 
-from analysis.energy.samples import (  # noqa: E402
+from nvtx_phases.analysis.energy.samples import (  # noqa: E402
     PowerData,
     cumulative_energy,
     energy_at,
     interval_energy,
     load_samples,
 )
-from analysis.frames import int_value  # noqa: E402
+from nvtx_phases.analysis.frames import int_value  # noqa: E402
+
 from nvtx_phases.marking import phase, record_to, step  # noqa: E402
 from nvtx_phases.power import PowerSampler  # noqa: E402
 

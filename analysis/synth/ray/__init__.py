@@ -34,17 +34,17 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from analysis.synth.constants import BASE_UTC_NS
-from analysis.synth.ray.config import (
+from ..constants import BASE_UTC_NS
+from .config import (
     BUS_LOCATIONS,
     RayConfig,
     RayProcess,
     device_name,
     nsys_uuid,
 )
-from analysis.synth.ray.export import write_process
-from analysis.synth.ray.model import RayBuilder, RayOp
-from analysis.synth.ray.truth import RAY_NOTES, ray_ground_truth
+from .export import write_process
+from .model import RayBuilder, RayOp
+from .truth import RAY_NOTES, ray_ground_truth
 
 
 def generate_ray(

@@ -7,7 +7,7 @@ from typing import Literal
 
 import numpy as np
 
-from analysis.synth.constants import DRIVER_PID, MS, US
+from ..constants import DRIVER_PID, MS, US
 
 TRAINER_PID0 = 2000
 ROLLOUT_PID0 = 3000

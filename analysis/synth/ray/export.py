@@ -9,11 +9,11 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from pathlib import Path
 
-from analysis.synth.constants import BASE_UTC_NS, VM_ID
-from analysis.synth.export import ExportFile, Process, write_export
-from analysis.synth.ray.config import BUS_LOCATIONS, RayProcess
-from analysis.synth.ray.model import RayBuilder
-from analysis.synth.schema import TABLES
+from ..constants import BASE_UTC_NS, VM_ID
+from ..export import ExportFile, Process, write_export
+from ..schema import TABLES
+from .config import BUS_LOCATIONS, RayProcess
+from .model import RayBuilder
 
 GPU_NAME = "NVIDIA H100 80GB HBM3"
 #: TARGET_INFO_GPU columns after (vmId, id, name, busLocation) and before uuid, then after uuid,

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.synth.constants import (
+from nvtx_phases.power import PowerSampler
+
+from ..constants import (
     COMPUTE_KERNELS,
     COPY_KIND_D2D,
     COPY_STREAM,
     MS,
     US,
 )
-from analysis.synth.ray.config import (
+from ..timeline import GpuOp, PhaseSpan, TailCopies, Timeline
+from .config import (
     BUS_LOCATIONS,
     ROLLOUT_PID0,
     ROLLOUT_TID_OFFSET,
@@ -29,8 +32,6 @@ from analysis.synth.ray.config import (
     nsys_uuid,
     ray_processes,
 )
-from analysis.synth.timeline import GpuOp, PhaseSpan, TailCopies, Timeline
-from nvtx_phases.power import PowerSampler
 
 #: Trainer phase → (trainer worker range or None, length in ms). ``gen`` is the rollout's.
 RAY_PHASES: tuple[tuple[str, str | None, float], ...] = (

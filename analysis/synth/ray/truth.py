@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.synth.ray.config import BUS_LOCATIONS, device_name
-from analysis.synth.ray.model import RayBuilder
-from analysis.synth.truth import (
+from ..truth import (
     GRAPH_NOTE,
     clipped_total,
     energy_truth,
@@ -15,6 +13,8 @@ from analysis.synth.truth import (
     phase_metrics,
     union,
 )
+from .config import BUS_LOCATIONS, device_name
+from .model import RayBuilder
 
 RAY_NOTES = (
     "Times are ns on the run clock: the driver's session clock, the earliest session. A file's "
