@@ -80,6 +80,14 @@ typecheck: $(DEV)
 gpu-check: $(DEV)
 	$(BIN)/python -m checks.gpu_check --out $(OUT)/gpu_check
 
+## gpu-capture: a VeRL-shaped step (driver + CUDA-graph rollout + trainer on one GPU, NVML sampler)
+##              captured with nsys in --cuda-graph-trace=graph and =node, analyzed and checked
+##              against CUDA events and the energy counter (without a GPU: a CPU dry run that
+##              says so; device use: checks/README.md)
+.PHONY: gpu-capture
+gpu-capture: $(DEV)
+	$(BIN)/python -m checks.gpu_capture --out $(OUT)/gpu_capture
+
 format: $(DEV)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .

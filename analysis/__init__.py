@@ -4,7 +4,7 @@ The public API (names load on first use, so ``import nvtx_phases.analysis.errors
 
     from nvtx_phases.analysis import analyze, write_outputs, load_analysis
 
-    with analyze(["rank0.sqlite", "rank1.sqlite"]) as result:
+    with analyze(["rank0.sqlite", "rank1.sqlite"], steps="2:") as result:
         result.phases                   # one row per phase range (Polars DataFrame)
         result.gpu_activity.collect()   # one row per GPU operation (a LazyFrame: may be big)
         result.summary.gpu.total_gpu_ns
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         TraceReadError,
     )
     from .model import PROJECTION, WINDOW, Analysis, RunSummary
+    from .options import AnalyzeOptions
     from .render.files import load_analysis, write_outputs
     from .run.pipeline import analyze
 
@@ -39,6 +40,7 @@ _EXPORTS = {
     "write_outputs": ".render.files",
     "load_analysis": ".render.files",
     "Analysis": ".model",
+    "AnalyzeOptions": ".options",
     "RunSummary": ".model",
     "PROJECTION": ".model",
     "WINDOW": ".model",
@@ -54,6 +56,7 @@ __all__ = [
     "WINDOW",
     "Analysis",
     "AnalysisError",
+    "AnalyzeOptions",
     "MissingColumns",
     "NotAnNsysExport",
     "NothingToAnalyze",

@@ -35,16 +35,20 @@ class AnalysisError(Exception):
 
 
 class TraceReadError(AnalysisError):
-    """The file cannot be read as SQLite at all (missing, truncated, not a database)."""
+    """The export cannot be read at all (missing, truncated, not a database or Parquet file).
 
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"{path}: cannot read as an SQLite export ({reason})")
+    ``kind`` names the container: ``SQLite`` or ``parquetdir``.
+    """
+
+    def __init__(self, path: str, reason: str, kind: str = "SQLite") -> None:
+        super().__init__(f"{path}: cannot read as an {kind} export ({reason})")
         self.path = path
         self.reason = reason
+        self.kind = kind
 
     def __reduce__(self) -> tuple:
         # picklable with its own arguments: errors cross process-pool and Ray boundaries
-        return (type(self), (self.path, self.reason))
+        return (type(self), (self.path, self.reason, self.kind))
 
 
 class NotAnNsysExport(AnalysisError):

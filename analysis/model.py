@@ -293,6 +293,12 @@ class Analysis:
     #: level, step, attribution, start_ns, end_ns, cut_at_capture_end``); None when read back
     #: from a folder of a version that did not write ``ranges.parquet``.
     ranges: pl.DataFrame | None = None
+    #: nsys GPU metrics per (phase row, GPU, metric): ``n_samples, mean, p95, min, max``; None
+    #: when no export holds GPU metrics (:mod:`analysis.aggregate.gpu_metrics`).
+    gpu_metrics: pl.DataFrame | None = None
+    #: What the analysis noticed about its inputs that changes no number (e.g. no GPU metrics
+    #: captured); the commands print them as notes. Not saved.
+    notes: tuple[str, ...] = field(default=(), compare=False)
     #: Temporary folder owned by this result (removed by :meth:`close`), if any.
     workdir: Path | None = field(default=None, repr=False, compare=False)
 

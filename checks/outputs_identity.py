@@ -118,19 +118,21 @@ def run_all(out: Path, pythonpath: str | None, repo: Path, module: str) -> None:
                 check=False,
             )
             handle.write(f"$ nvtx-phases {' '.join(argv)}\nexit {result.returncode}\n")
-            handle.write(mask(result.stderr, out) + "\n")
+            handle.write(mask(result.stderr, out, repo) + "\n")
             print(f"exit {result.returncode}: {' '.join(argv)}", flush=True)
 
 
-def mask(text: str, out: Path) -> str:
-    """Drop what differs between two runs of the same code: times, the output folder."""
+def mask(text: str, out: Path, repo: Path | None = None) -> str:
+    """Drop what differs between two runs of the same code: times, the output and repo folders."""
     text = text.replace(str(out), "{out}")
+    if repo is not None:
+        text = text.replace(str(repo), "{repo}")
     for pattern in MASKS:
         text = pattern.sub("<masked>", text)
     return text
 
 
-def manifest(out: Path) -> dict[str, str]:
+def manifest(out: Path, repo: Path | None = None) -> dict[str, str]:
     """sha256 of every file under OUT (text files masked), by relative path."""
     digests: dict[str, str] = {}
     for path in sorted(out.rglob("*")):
@@ -138,7 +140,7 @@ def manifest(out: Path) -> dict[str, str]:
             continue
         data = path.read_bytes()
         if path.suffix in {".csv", ".md", ".html", ".json", ".txt", ".log", ".tsv", ".svg"}:
-            data = mask(data.decode("utf-8", "replace"), out).encode()
+            data = mask(data.decode("utf-8", "replace"), out, repo).encode()
         digests[str(path.relative_to(out))] = hashlib.sha256(data).hexdigest()
     return digests
 
@@ -170,6 +172,9 @@ def main() -> int:
     parser.add_argument(
         "--module", default="nvtx_phases.analysis.cli", help="the CLI module (older: analysis.cli)"
     )
+    parser.add_argument(
+        "--rehash", action="store_true", help="only hash what --out holds (no commands run)"
+    )
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
     args = parser.parse_args()
     if args.compare:
@@ -178,8 +183,9 @@ def main() -> int:
         parser.error("--out is required unless --compare")
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    run_all(out, args.pythonpath, args.repo.resolve(), args.module)
-    rows = manifest(out)
+    if not args.rehash:
+        run_all(out, args.pythonpath, args.repo.resolve(), args.module)
+    rows = manifest(out, args.repo.resolve())
     (out / "manifest.tsv").write_text("".join(f"{k}\t{v}\n" for k, v in rows.items()))
     print(f"{len(rows)} files hashed: {out / 'manifest.tsv'}")
     return 0

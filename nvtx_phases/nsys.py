@@ -179,10 +179,24 @@ def _stop_group(proc: subprocess.Popen, first: int = signal.SIGTERM) -> None:
             continue
 
 
-def export_args(nsys: str, report: Path, target: Path, *, overwrite: bool = True) -> list[str]:
-    """``nsys export --type sqlite [--force-overwrite true] --output TARGET REPORT``."""
+def export_args(
+    nsys: str, report: Path, target: Path, *, overwrite: bool = True, kind: str = "sqlite"
+) -> list[str]:
+    """``nsys export --type KIND [--force-overwrite true] --output TARGET REPORT``."""
     force = ["--force-overwrite", "true"] if overwrite else []
-    return [nsys, "export", "--type", "sqlite", *force, "--output", str(target), str(report)]
+    return [nsys, "export", "--type", kind, *force, "--output", str(target), str(report)]
+
+
+def export_types(nsys: str) -> set[str]:
+    """The ``--type`` values ``nsys export`` lists in its help (empty when it does not run)."""
+    try:
+        text = subprocess.run(
+            [nsys, "export", "--help"], capture_output=True, text=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    match = re.search(r"--type=\s*Possible values are:?(.*?)\.\s", text, re.S)
+    return set(re.findall(r"[a-z]+", match.group(1))) if match else set()
 
 
 def _last_line(log: Path) -> str:
@@ -227,6 +241,36 @@ def export_sqlite(
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+    return target
+
+
+def export_parquetdir(
+    nsys: Nsys | str, report: Path, *, target: Path, log: Path, timeout_s: float = 1800
+) -> Path:
+    """``nsys export --type parquetdir`` (nsys 2024.6+) of one report into the folder ``target``.
+
+    Written under a temporary name in ``target``'s folder (nsys names it as given, or with
+    ``_pqtdir`` appended, depending on its release) and renamed into place when complete.
+    """
+    path = nsys.path if isinstance(nsys, Nsys) else nsys
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    written = (tmp, tmp.with_name(tmp.name + "_pqtdir"))
+    try:
+        code = _run_bounded(export_args(path, report, tmp, kind="parquetdir"), timeout_s, log=log)
+        folder = next((p for p in written if p.is_dir()), None)
+        if code != 0 or folder is None:
+            last = _last_line(log)
+            raise NsysError(
+                f"nsys export failed for {report} (exit {code})"
+                + (f": {last}" if last else "")
+                + f"; log: {log}"
+            )
+        if target.is_dir():
+            shutil.rmtree(target)
+        os.replace(folder, target)
+    finally:
+        for leftover in written:
+            shutil.rmtree(leftover, ignore_errors=True)
     return target
 
 

@@ -102,3 +102,118 @@ def test_analyze_to_writes_what_the_command_writes(tmp_path):
     assert {"phases.parquet", "kernels_by_phase.csv", "power_envelope.csv", "summary.json"} <= names
     assert "figures/power_envelope.png" in names and "figures/phase_time_per_step.png" in names
     assert (tmp_path / "run" / ".nvtx-phases-outputs.json").exists()
+
+
+# --- the API takes what the CLI takes (issue 27: one options object, same outputs) -----------
+
+
+def test_api_takes_a_path_a_folder_and_every_option(tmp_path):
+    import sqlite3
+
+    from nvtx_phases.analysis.options import AnalyzeOptions
+
+    split = SAMPLES / "grpo_synthetic_split"  # a folder of one run's per-process exports
+    with analyze(str(split)) as run:
+        # GPU operations of the folder's files, counted with plain SQL
+        total = 0
+        for export in sorted(split.glob("*.sqlite")):
+            with sqlite3.connect(f"file:{export}?mode=ro", uri=True) as db:
+                tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+                for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY"):
+                    if table in tables:
+                        total += db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+        assert run.summary.gpu.n_gpu_ops >= total > 0
+    options = AnalyzeOptions(steps="2:", all_ranges=True, strip_args=True)
+    with analyze(SAMPLE, options) as run:
+        assert set(run.phases["step"].drop_nulls()) == {2, 3}
+        assert run.summary.provenance is not None
+        recorded = run.summary.provenance.options
+        assert (recorded["steps"], recorded["all_ranges"], recorded["strip_args"]) == (
+            "2:",
+            True,
+            True,
+        )
+    # keywords change the options object; both ways give the same phase table
+    with analyze([SAMPLE], options, steps="3") as a, analyze([SAMPLE], steps="3") as b:
+        assert set(a.phases["step"].drop_nulls()) == {3}
+        assert b.phases.filter(pl.col("path") == "step").height >= 1
+
+
+def test_api_errors_are_the_cli_errors(tmp_path):
+    from nvtx_phases.analysis.errors import InputError, PhaseMapError
+
+    with pytest.raises(InputError, match="unknown option"):
+        analyze(SAMPLE, job=2)
+    with pytest.raises(InputError, match="--steps"):
+        analyze(SAMPLE, steps="two")
+    with pytest.raises(PhaseMapError, match="phase map file not found"):
+        analyze(SAMPLE, phase_map=tmp_path / "missing.toml")
+    with pytest.raises(analysis.AnalysisError, match="no such file"):
+        analyze(tmp_path / "nothing.sqlite")
+
+
+def test_phase_map_file_from_the_api_is_recorded(tmp_path):
+    phase_map = tmp_path / "map.toml"
+    phase_map.write_text('phases = ["extra"]\n')
+    with analyze(SAMPLE, phase_map=str(phase_map), power_files=[]) as run:
+        prov = run.summary.provenance
+    assert prov is not None
+    assert prov.options["phase_map"] == str(phase_map.absolute())
+    assert [f.kind for f in prov.inputs] == ["trace", "phase_map"]
+
+
+def _files(folder):
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.name.startswith(".")
+    }
+
+
+def test_api_and_cli_write_the_same_tables(tmp_path):
+    from nvtx_phases.analysis.cli import app
+    from typer.testing import CliRunner
+
+    power = SAMPLES / "grpo_synthetic.power.parquet"
+    args = ["analyze", str(SAMPLE), "--out", str(tmp_path / "cli"), "-q", "--no-figures"]
+    done = CliRunner().invoke(app, [*args, "--power", str(power)])
+    assert done.exit_code == 0, done.output
+    with analyze([SAMPLE], power_files=[power]) as run:
+        write_outputs(run, tmp_path / "api")
+    cli, api = _files(tmp_path / "cli"), _files(tmp_path / "api")
+    assert cli.keys() == api.keys()
+    assert {"power_envelope.csv", "kernels_by_phase.csv", "ranges.parquet"} <= cli.keys()
+    differ = sorted(name for name in cli if cli[name] != api[name])
+    assert differ == ["summary.json"]  # its provenance: the CLI's command line and top_kernels
+    c, a = (json.loads(files["summary.json"]) for files in (cli, api))
+    assert c.pop("provenance")["command_line"][:2] == ["nvtx-phases", "analyze"]
+    a.pop("provenance")
+    assert c == a
+
+
+def test_every_analysis_field_is_a_registry_table_and_round_trips(tmp_path):
+    from nvtx_phases.analysis.render.tables import TABLES
+
+    fields = {f.name for f in dataclasses.fields(Analysis)} - {"workdir", "notes"}
+    assert fields == {t.field for t in TABLES if t.field}
+    with analyze([SAMPLE]) as run:
+        write_outputs(run, tmp_path)
+        back = load_analysis(tmp_path)
+        for name in fields - {"gpu_activity", "summary"}:
+            ours, saved = getattr(run, name), getattr(back, name)
+            assert (ours is None) == (saved is None), name
+        assert back.summary == run.summary
+        assert back.gpu_activity.collect().height == run.summary.gpu.n_gpu_ops
+
+
+def test_steps_select_every_per_step_table():
+    from nvtx_phases.analysis.render.tables import TABLES
+    from nvtx_phases.analysis.run.select import select_steps
+
+    with analyze([SAMPLE]) as run:
+        chosen = select_steps(run, "2")
+        for table in TABLES:
+            frame = getattr(chosen, table.field) if table.field else None
+            if isinstance(frame, pl.DataFrame) and "step" in frame.columns:
+                steps = set(frame["step"].drop_nulls())
+                assert steps <= {2}, table.name

@@ -22,7 +22,7 @@ from nvtx_phases.analysis.normalize.gpu_metrics import (
     read_run_gpu_metrics,
     split_metric_name,
 )
-from nvtx_phases.analysis.render.gpu_metrics import CSV_NAME, write_gpu_metrics_csv
+from nvtx_phases.analysis.render.tables import BY_NAME
 from nvtx_phases.analysis.synth import SynthConfig, generate
 from nvtx_phases.analysis.synth.config import WORKER_PID0
 from nvtx_phases.analysis.synth.constants import US
@@ -34,6 +34,8 @@ from nvtx_phases.analysis.synth.gpu_metrics import (
 )
 from nvtx_phases.analysis.synth.model import GrpoBuilder
 from polars.testing import assert_frame_equal
+
+CSV_NAME = "gpu_metrics_per_phase.csv"
 
 CFG = SynthConfig(power=False, lengths=False)
 METRICS = {"SM Active", "Tensor Active", "DRAM Read Bandwidth"}  # the model's, read by default
@@ -176,8 +178,7 @@ def test_export_without_gpu_metrics_gives_an_empty_table_and_a_note(tmp_path):
     table, _, notes = _table(path)
     assert table.is_empty() and table.schema == pl.Schema(TABLE_SCHEMA)
     assert len(notes) == 1 and "no GPU metrics" in notes[0] and "--gpu-metrics-devices" in notes[0]
-    assert write_gpu_metrics_csv(table, tmp_path / "out") == []
-    assert not (tmp_path / "out" / CSV_NAME).exists()
+    assert BY_NAME[CSV_NAME].skip_empty  # an empty table is not written
     samples, available, single = read_gpu_metrics(path)
     assert samples.is_empty() and available.is_empty() and "no GPU_METRICS table" in single[0]
 
@@ -239,8 +240,8 @@ def test_projection_devices_need_the_whole_activity_table(run):
 
 
 def test_csv_holds_the_table(run, tmp_path):
-    (written,) = write_gpu_metrics_csv(run["table"], tmp_path)
-    assert written.name == CSV_NAME
+    written = tmp_path / CSV_NAME
+    BY_NAME[CSV_NAME].write(run["table"], written)
     back = pl.read_csv(written)
     assert back.columns == list(TABLE_SCHEMA) and back.height == run["table"].height
 

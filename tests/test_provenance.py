@@ -71,6 +71,7 @@ def test_api_provenance_has_no_command_line():
     assert prov.options == {
         "phase_map": None,
         "all_ranges": False,
+        "strip_args": False,
         "power_files": None,  # found beside the trace
         "idle_power_w": None,
         "jobs": 1,
@@ -78,6 +79,7 @@ def test_api_provenance_has_no_command_line():
         "chunk_ops": 2_000_000,
         "spill_dir": None,
         "force_combine": False,
+        "steps": None,
     }
     assert [(f.kind, f.path) for f in prov.inputs] == [
         ("trace", str(SAMPLE.absolute())),

@@ -28,6 +28,7 @@ from typing import Final
 import polars as pl
 
 from ..frames import PolarsDataType
+from ..intervals import segment_boundaries, segment_index, segments_inside
 from ..model import PROJECTION
 from ..normalize.gpu_metrics import AVAILABLE_SCHEMA, SAMPLES_SCHEMA
 from .phases import GROUP_KEYS
@@ -58,20 +59,16 @@ _HIST_KEYS = ["seg", "device", "metric", "value"]
 _STAT_KEYS = ["row", "device", "metric"]
 
 
-def segment_edges(rows: pl.DataFrame) -> pl.Series:
-    """Every row's start and end, sorted and unique: the edges of the elementary segments."""
-    return pl.concat([rows["start_ns"], rows["end_ns"]]).unique().sort()
-
-
 def sample_histogram(samples: pl.DataFrame, edges: pl.Series) -> pl.DataFrame:
     """Samples counted per (segment, device, metric, value); samples outside every segment dropped.
 
-    Segment ``i`` is ``[edges[i], edges[i + 1])``.
+    Segments as :func:`~analysis.intervals.segments_of` numbers them: ``seg`` k (1 ≤ k <
+    ``len(edges)``) is ``[edges[k - 1], edges[k])``.
     """
-    index = edges.search_sorted(samples["ts_ns"], side="right").cast(pl.Int64) - 1
+    index = segment_index(edges, samples["ts_ns"])
     return (
         samples.with_columns(pl.Series("seg", index))
-        .filter((pl.col("seg") >= 0) & (pl.col("seg") < len(edges) - 1))
+        .filter((pl.col("seg") >= 1) & (pl.col("seg") < len(edges)))
         .group_by(_HIST_KEYS)
         .agg(pl.len().cast(pl.Int64).alias("n"))
     )
@@ -157,7 +154,7 @@ def gpu_metrics_per_phase(
     if available.is_empty() or phases.is_empty():
         return pl.DataFrame(schema=TABLE_SCHEMA)
     rows = phases.select(*GROUP_KEYS, "start_ns", "end_ns").with_row_index("row")
-    edges = segment_edges(rows)
+    edges = segment_boundaries(rows["start_ns"], rows["end_ns"])
     hist = histogram_of(samples, edges)
     row_dev = _row_devices(rows, available, proj_devices)
     per_value = (
@@ -204,14 +201,7 @@ def _row_devices(
 
 def _row_segments(rows: pl.DataFrame, edges: pl.Series) -> pl.DataFrame:
     """(row, seg) for every elementary segment inside each row's ``[start_ns, end_ns)``."""
-    first = edges.search_sorted(rows["start_ns"], side="left").cast(pl.Int64)
-    stop = edges.search_sorted(rows["end_ns"], side="left").cast(pl.Int64)
-    return (
-        rows.select("row", pl.Series("first", first), pl.Series("stop", stop))
-        .select("row", pl.int_ranges("first", "stop", dtype=pl.Int64).alias("seg"))
-        .explode("seg")
-        .drop_nulls("seg")
-    )
+    return segments_inside(rows, edges, ["row"]).select("row", "seg")
 
 
 def _statistics(per_value: pl.DataFrame) -> pl.DataFrame:

@@ -23,6 +23,13 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..intervals import (
+    last_segment_of,
+    segment_boundaries,
+    segment_of,
+    segments_inside,
+    union_blocks,
+)
 from ..model import PROJECTION, WINDOW
 
 DEFAULT_TOP = 10
@@ -121,29 +128,19 @@ def _projection_sums(kernels: pl.LazyFrame, known: pl.Series) -> pl.DataFrame:
 def window_intervals(phases: pl.DataFrame) -> pl.DataFrame:
     """Disjoint intervals ``i_start, i_end`` per (step, path) of window phases.
 
-    Each process's span of the phase in that step, merged where processes overlap.
+    Each process's span of the phase in that step, merged where processes overlap or touch
+    (:func:`~analysis.intervals.union_blocks`).
     """
-    spans = phases.select("step", "path", "start_ns", "end_ns").sort(
-        "step", "path", "start_ns", nulls_last=True
-    )
-    reach = pl.col("end_ns").cum_max().shift(1).over("step", "path")
-    return (
-        spans.with_columns(
-            (pl.col("start_ns") > reach).fill_null(True).cum_sum().over("step", "path").alias("k")
-        )
-        .group_by("step", "path", "k")
-        .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
-        .select(
-            "step", "path", pl.col("start_ns").alias("i_start"), pl.col("end_ns").alias("i_end")
-        )
-        .sort("step", "path", "i_start", nulls_last=True)
+    return union_blocks(phases, ["step", "path"]).select(
+        "step", "path", pl.col("start_ns").alias("i_start"), pl.col("end_ns").alias("i_end")
     )
 
 
 def _window_sums(kernels: pl.LazyFrame, phases: pl.DataFrame) -> pl.DataFrame:
     """Clipped time per (step, path, name): each operation's overlap with each phase interval.
 
-    The run's timeline is cut at every interval's ends into segments; each segment knows the
+    The run's timeline is cut at every interval's ends into segments
+    (:func:`~analysis.intervals.segments_of`); each segment knows the
     (step, path) intervals covering it. An operation inside one segment (nearly all) is summed
     per (segment, name) in one streaming pass; the few that cross segment edges are cut into
     pieces, and counted once per phase however many of its segments they cover.
@@ -151,18 +148,15 @@ def _window_sums(kernels: pl.LazyFrame, phases: pl.DataFrame) -> pl.DataFrame:
     intervals = window_intervals(phases)
     if not intervals.height:
         return pl.DataFrame(schema=_SUMS)
-    bounds = pl.concat([intervals["i_start"], intervals["i_end"]]).unique().sort()
-    covers = _segment_phases(intervals, bounds)
+    bounds = segment_boundaries(intervals["i_start"], intervals["i_end"])
+    covers = segments_inside(intervals, bounds, ["step", "path"], start="i_start", end="i_end")
+    covers = covers.select("seg", "step", "path")
     edges = pl.lit(bounds)
-    first = (edges.search_sorted(pl.col("start_ns"), side="right").cast(pl.Int64) - 1).clip(0)
-    last = edges.search_sorted(pl.col("end_ns"), side="left").cast(pl.Int64) - 1
+    # the segments between the first and the last boundary (segments_of: 1 … len − 1)
+    first = segment_of(bounds, pl.col("start_ns")).clip(lower_bound=1)
+    last = last_segment_of(bounds, pl.col("end_ns")).clip(upper_bound=bounds.len() - 1)
     ops = kernels.select(
-        "name",
-        "op_class",
-        "start_ns",
-        "end_ns",
-        first.alias("seg"),
-        last.clip(upper_bound=bounds.len() - 2).alias("last"),
+        "name", "op_class", "start_ns", "end_ns", first.alias("seg"), last.alias("last")
     ).filter(pl.col("seg") <= pl.col("last"))  # else outside every phase
     inside = (
         ops.filter(pl.col("seg") == pl.col("last"))
@@ -190,24 +184,10 @@ def _window_sums(kernels: pl.LazyFrame, phases: pl.DataFrame) -> pl.DataFrame:
 
 
 def _overlap(edges: pl.Expr) -> pl.Expr:
-    """An operation's time inside its segment ``seg`` of the cut timeline ``edges``."""
-    seg_start = edges.gather(pl.col("seg"))
-    seg_end = edges.gather(pl.col("seg") + 1)
+    """An operation's time inside its segment ``seg`` (:func:`~analysis.intervals.segments_of`)."""
+    seg_start = edges.gather(pl.col("seg") - 1)
+    seg_end = edges.gather(pl.col("seg"))
     return pl.min_horizontal("end_ns", seg_end) - pl.max_horizontal("start_ns", seg_start)
-
-
-def _segment_phases(intervals: pl.DataFrame, bounds: pl.Series) -> pl.DataFrame:
-    """``seg, step, path``: the phase intervals covering each segment between two bounds."""
-    return (
-        intervals.with_columns(
-            pl.int_ranges(
-                bounds.search_sorted(intervals["i_start"]).cast(pl.Int64),
-                bounds.search_sorted(intervals["i_end"]).cast(pl.Int64),
-            ).alias("seg")
-        )
-        .explode("seg")
-        .select("seg", "step", "path")
-    )
 
 
 def _summed(sums: pl.DataFrame) -> pl.DataFrame:

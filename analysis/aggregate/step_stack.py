@@ -10,7 +10,6 @@ from __future__ import annotations
 import polars as pl
 
 from ..errors import InputError
-from ..model import WINDOW
 from ..step_spec import parse_steps, steps_text
 from .shares import inside_step, step_phase_walls
 
@@ -138,19 +137,6 @@ def _bins(steps: list[int], max_bars: int, dtype: pl.DataType) -> pl.DataFrame:
 #: the most steps ``--detail-steps`` may choose (one panel each of ``power_timeline_detail``)
 MAX_DETAIL_STEPS = 4
 _OPTION = "--detail-steps"
-
-
-def driver_phases(phases: pl.DataFrame) -> pl.DataFrame:
-    """The driver's top-level phases (``step/X``, window attribution): step, name, start, end."""
-    return (
-        phases.filter(
-            pl.col("path").str.starts_with("step/")
-            & (pl.col("path").str.count_matches("/") == 1)
-            & (pl.col("attribution") == WINDOW)
-        )
-        .select("step", "canonical", "start_ns", "end_ns")
-        .sort("start_ns")
-    )
 
 
 def step_windows(steps: pl.DataFrame) -> pl.DataFrame:

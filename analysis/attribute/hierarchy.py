@@ -26,6 +26,7 @@ import polars as pl
 from nvtx_phases.naming import PATH_SEP
 
 from ..frames import int_value
+from ..intervals import overlaps_earlier, reach, window_at
 from ..model import THREAD
 from .phase_map import PhaseMap
 
@@ -166,12 +167,7 @@ def overlapping_steps(marked: pl.DataFrame) -> pl.DataFrame:
     Steps of different processes overlapping in time are normal (every rank runs its own step
     0, 1, …) and are not returned.
     """
-    return (
-        marked.sort(*PROCESS, "start_ns", "end_ns", "rid")
-        .with_columns(pl.col("end_ns").cum_max().shift(1).over(PROCESS).alias("_previous_end_ns"))
-        .filter(pl.col("start_ns") < pl.col("_previous_end_ns"))
-        .drop("_previous_end_ns")
-    )
+    return marked.sort(*PROCESS, "start_ns", "end_ns", "rid").filter(overlaps_earlier(PROCESS))
 
 
 def assign_steps(phases: pl.DataFrame, marked: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
@@ -191,11 +187,6 @@ def assign_steps(phases: pl.DataFrame, marked: pl.DataFrame, windows: pl.DataFra
         pl.col("step").alias("own_step"),
     ).sort("own_start_ns")
     with_steps = marked.select(*PROCESS).unique().with_columns(pl.lit(True).alias("has_steps"))
-    window_rows = windows.sort("step_start_ns", "step").select(
-        pl.col("step").alias("window_step"),
-        "step_start_ns",
-        "step_end_ns",
-    )
     located = (
         phases.select("rid", *PROCESS, "start_ns", "payload", "step")
         .sort("start_ns")
@@ -207,11 +198,13 @@ def assign_steps(phases: pl.DataFrame, marked: pl.DataFrame, windows: pl.DataFra
             strategy="backward",
             check_sortedness=False,  # both sides sorted by time, so within each process too
         )
-        .join_asof(window_rows, left_on="start_ns", right_on="step_start_ns", strategy="backward")
         .join(with_steps, on=list(PROCESS), how="left")
     )
+    located = located.with_columns(
+        window_at(windows.sort("step_start_ns", "step"), located["start_ns"]).alias("window_step")
+    )
     in_own = pl.when(pl.col("start_ns") < pl.col("own_end_ns")).then(pl.col("own_step"))
-    in_window = pl.when(pl.col("start_ns") < pl.col("step_end_ns")).then(pl.col("window_step"))
+    in_window = pl.col("window_step")
     by_window = (
         pl.col("step").is_null() & pl.col("payload").is_null() & pl.col("has_steps").is_null()
     )
@@ -300,7 +293,7 @@ def _in_overlapping_windows(located: pl.DataFrame, windows: pl.DataFrame) -> int
         return 0
     earlier_end = windows.sort("step_start_ns", "step").select(
         "step_start_ns",
-        pl.col("step_end_ns").cum_max().shift(1).alias("earlier_end_ns"),
+        reach(end="step_end_ns").alias("earlier_end_ns"),
     )
     return (
         located.sort("start_ns")

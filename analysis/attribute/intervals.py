@@ -1,4 +1,8 @@
-"""Interval arithmetic on frames: union length and splitting intervals at fixed boundaries."""
+"""Busy time (a union of intervals) carried across time buckets: :class:`BusyAccumulator`.
+
+The interval rules themselves (the sweep, union length, segments) live in
+:mod:`analysis.intervals`; the ones this stage's modules import from here are re-exported.
+"""
 
 from __future__ import annotations
 
@@ -7,99 +11,16 @@ from collections.abc import Mapping, Sequence
 import polars as pl
 
 from ..frames import PolarsDataType
+from ..intervals import segment_boundaries, segment_index, split_at_segments, union_length
 
-I64_MIN = -(2**63)
-I64_MAX = 2**63 - 1
-
-
-def union_length(
-    frame: pl.DataFrame, by: Sequence[str], *, start: str = "start_ns", end: str = "end_ns"
-) -> pl.DataFrame:
-    """Length of the union of the intervals in each group (overlaps counted once), ``busy_ns``.
-
-    Sweep without a loop: sorted by group and start, each interval adds only what lies past the
-    furthest end seen so far in its group. The running maximum is a window over consecutive
-    runs of a group (``rle_id`` of the sorted keys), computed before grouping: the same window
-    inside ``group_by().agg`` took 56 s instead of 1.2 s over a million (segment, GPU) groups.
-    """
-    keys = list(by)
-    if frame.is_empty():
-        return frame.select(*keys).head(0).with_columns(pl.lit(0, dtype=pl.Int64).alias("busy_ns"))
-    # by start, then stably by the keys: (keys, start) order, in a third of the time of one
-    # sort on all of them (operations come nearly in start order; one sort on several columns
-    # encodes every row)
-    ordered = frame.select(*keys, start, end).sort(start).sort(keys, maintain_order=True)
-    group = pl.struct(keys).rle_id()
-    first_of_group = (group != group.shift(1)).fill_null(True)
-    reach = pl.when(first_of_group).then(None).otherwise(pl.col(end).cum_max().over(group).shift(1))
-    covered = (pl.col(end) - pl.max_horizontal(pl.col(start), reach.fill_null(I64_MIN))).clip(
-        lower_bound=0
-    )
-    return (
-        ordered.with_columns(covered.alias("busy_ns"))
-        .group_by(keys, maintain_order=True)
-        .agg(pl.col("busy_ns").sum())
-    )
-
-
-def segment_boundaries(starts: pl.Series, ends: pl.Series) -> pl.Series:
-    """Sorted distinct instants at which any interval starts or ends."""
-    return pl.concat([starts, ends]).unique().sort().alias("boundary")
-
-
-def segments_of(boundaries: pl.Series) -> pl.DataFrame:
-    """Elementary segments covering the whole time line: ``seg, seg_start_ns, seg_end_ns``.
-
-    Segment 0 runs from -inf to the first boundary; segment k ≥ 1 from boundary k-1 to boundary
-    k (the last to +inf).
-    """
-    starts = pl.concat([pl.Series([I64_MIN], dtype=pl.Int64), boundaries.cast(pl.Int64)])
-    ends = pl.concat([boundaries.cast(pl.Int64), pl.Series([I64_MAX], dtype=pl.Int64)])
-    return pl.DataFrame(
-        {
-            "seg": pl.int_range(0, starts.len(), eager=True).cast(pl.Int64),
-            "seg_start_ns": starts,
-            "seg_end_ns": ends,
-        }
-    )
-
-
-def segment_index(boundaries: pl.Series, instants: pl.Expr | pl.Series) -> pl.Series:
-    """Index of the segment (see :func:`segments_of`) that contains each instant."""
-    values = instants if isinstance(instants, pl.Series) else pl.select(instants).to_series()
-    return boundaries.search_sorted(values, side="right").cast(pl.Int64)
-
-
-def split_at_segments(
-    frame: pl.DataFrame, boundaries: pl.Series, *, start: str = "start_ns", end: str = "end_ns"
-) -> pl.DataFrame:
-    """One row per (interval, segment it overlaps) with ``seg`` and ``overlap_ns``.
-
-    The overlaps of one interval add up to its length exactly; a zero-length interval gives one
-    row with ``overlap_ns = 0`` in the segment of its instant. ``first_piece`` marks the piece that
-    holds the interval's start.
-    """
-    segments = segments_of(boundaries)
-    first = segment_index(boundaries, frame[start])
-    # last segment whose start lies before the interval's end
-    last = boundaries.search_sorted(frame[end], side="left").cast(pl.Int64)
-    pieces = (
-        frame.with_columns(first.alias("_first"), pl.max_horizontal(last, first).alias("_last"))
-        .with_columns(pl.int_ranges("_first", pl.col("_last") + 1).alias("seg"))
-        .explode("seg")
-        .join(segments, on="seg", how="left")
-        .with_columns(
-            (
-                pl.min_horizontal(pl.col(end), pl.col("seg_end_ns"))
-                - pl.max_horizontal(pl.col(start), pl.col("seg_start_ns"))
-            )
-            .clip(lower_bound=0)
-            .alias("overlap_ns"),
-            (pl.col("seg") == pl.col("_first")).alias("first_piece"),
-        )
-        .drop("_first", "_last")
-    )
-    return pieces
+# re-exported: attribute/process.py and tests/test_intervals.py import them from here
+__all__ = [
+    "BusyAccumulator",
+    "segment_boundaries",
+    "segment_index",
+    "split_at_segments",
+    "union_length",
+]
 
 
 class BusyAccumulator:

@@ -15,8 +15,15 @@ from __future__ import annotations
 import polars as pl
 
 from ..frames import int_value
+from ..intervals import (
+    overlaps_earlier,
+    segment_boundaries,
+    segment_index,
+    segments_inside,
+    segments_of,
+    split_at_segments,
+)
 from ..model import THREAD
-from .intervals import segment_index, segments_of, split_at_segments
 
 #: per launching thread (trace, gtid): its range boundaries, and ``seg, rid, end_ns`` for every
 #: segment each range covers (see :func:`enclosure_layout`)
@@ -34,7 +41,7 @@ def enclosure_layout(ranges: pl.DataFrame) -> EnclosureLayout:
     layout: EnclosureLayout = {}
     for (trace, gtid), mine in ranges.partition_by(list(THREAD), as_dict=True).items():
         spans = mine.select("rid", "start_ns", (pl.col("end_ns") + 1).alias("end_ns"))
-        cuts = pl.concat([spans["start_ns"], spans["end_ns"]]).unique().sort()
+        cuts = segment_boundaries(spans["start_ns"], spans["end_ns"])
         covering = range_segments(spans, cuts).join(mine.select("rid", "end_ns"), on="rid")
         layout[(str(trace), int(gtid))] = (cuts, covering.select("seg", "rid", "end_ns"))
     return layout
@@ -123,15 +130,14 @@ def _tangled(ranges: pl.DataFrame) -> pl.DataFrame:
     """Ranges overlapping another range of their thread and level (nested ranges never do)."""
     keys = [*THREAD, "level"]
     ordered = ranges.select("rid", *keys, "start_ns", "end_ns").sort([*keys, "start_ns", "end_ns"])
-    reach = pl.col("end_ns").cum_max().shift(1).over(keys)
     after = pl.col("start_ns").shift(-1).over(keys)
-    return ordered.filter((pl.col("start_ns") < reach) | (pl.col("end_ns") > after))
+    return ordered.filter(overlaps_earlier(keys) | (pl.col("end_ns") > after))
 
 
 def window_layout(window_ranges: pl.DataFrame) -> tuple[pl.Series, pl.DataFrame]:
     """The window timeline's boundaries and the innermost range of each segment."""
     boundaries = (
-        pl.concat([window_ranges["start_ns"], window_ranges["end_ns"]]).unique().sort()
+        segment_boundaries(window_ranges["start_ns"], window_ranges["end_ns"])
         if window_ranges.height
         else pl.Series("boundary", [], dtype=pl.Int64)
     )
@@ -158,17 +164,6 @@ def window_pieces(
 def range_segments(ranges: pl.DataFrame, boundaries: pl.Series) -> pl.DataFrame:
     """(rid, seg, first_seg) for every elementary segment inside each range.
 
-    ``first_seg`` marks the segment where the range starts.
+    ``first_seg`` marks the segment where the range starts (:func:`segments_inside`).
     """
-    lo = segment_index(boundaries, ranges["start_ns"])
-    hi = segment_index(boundaries, ranges["end_ns"])
-    return (
-        ranges.select("rid")
-        .with_columns(lo.alias("lo"), hi.alias("hi"))
-        .with_columns(pl.int_ranges("lo", "hi").alias("seg"))
-        .explode("seg")
-        .filter(pl.col("seg").is_not_null())
-        .select(
-            "rid", pl.col("seg").cast(pl.Int64), (pl.col("seg") == pl.col("lo")).alias("first_seg")
-        )
-    )
+    return segments_inside(ranges, boundaries, ["rid"])

@@ -26,11 +26,14 @@ if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
     from ..jobs import AnalysisOutputs, Reporter
-    from ..run.load import Engine
+    from ..options import Engine
 
 Traces = Annotated[
     list[Path],
-    typer.Argument(help="nsys SQLite exports of one run (files, or folders of *.sqlite)."),
+    typer.Argument(
+        help="nsys exports of one run: SQLite files, parquetdir folders, .nsys-rep/.qdrep "
+        "reports (exported first), or folders of them."
+    ),
 ]
 PhaseMapFile = Annotated[
     Path | None,
@@ -208,26 +211,30 @@ def analyze(
     if engine not in ("process", "ray"):
         raise fail(f"--engine must be 'process' or 'ray', not '{engine}'")
     from ..jobs import analyze_to
+    from ..options import AnalyzeOptions
     from ..render.drawing import default_workers
 
+    options = AnalyzeOptions(  # built once, here; a bad --steps or --phase-map fails first
+        phase_map=phase_map,
+        all_ranges=all_ranges,
+        strip_args=strip_args,
+        power_files=[] if no_power else power,
+        idle_power_w=idle_power_w,
+        jobs=jobs,
+        engine=cast("Engine", engine),
+        **({"chunk_ops": chunk_ops} if chunk_ops else {}),
+        spill_dir=spill_dir,
+        force_combine=force_combine,
+        steps=steps,
+    )
     analyze_and_print(
         lambda reporter: analyze_to(
             traces,
             out,
-            phase_map=phase_map,
-            all_ranges=all_ranges,
-            power_files=[] if no_power else power,
-            idle_power_w=idle_power_w,
+            options,
             figures=figures,
-            jobs=jobs,
-            engine=cast("Engine", engine),
-            chunk_ops=chunk_ops,
-            spill_dir=spill_dir,
-            force_combine=force_combine,
             top_kernels=top_kernels,
             command_line=command_line(ctx),
-            steps=steps,
-            strip_args=strip_args,
             detail_steps=detail_steps,
             draw_workers=default_workers(),
             reporter=reporter,
@@ -271,22 +278,26 @@ def report(
     folder keeps the options it was analyzed with.
     """
     from ..jobs import build_report
+    from ..options import AnalyzeOptions
     from ..render.drawing import default_workers
 
+    options = AnalyzeOptions(
+        phase_map=phase_map,
+        all_ranges=all_ranges,
+        strip_args=strip_args,
+        idle_power_w=idle_power_w,
+        force_combine=force_combine,
+        steps=steps,
+    )
     with spinner() as reporter:
         written = build_report(
             inputs,
             out,
+            options,
             lengths=lengths,
             cap=cap,
-            idle_power_w=idle_power_w,
-            force_combine=force_combine,
             command_line=command_line(ctx),
-            steps=steps,
             detail_steps=detail_steps,
-            phase_map=phase_map,
-            all_ranges=all_ranges,
-            strip_args=strip_args,
             draw_workers=default_workers(),
             reporter=reporter,
         )

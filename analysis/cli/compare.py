@@ -43,7 +43,11 @@ def compare(
     are refused.
     """
     from ..jobs import compare_to
+    from ..options import AnalyzeOptions
 
+    options = AnalyzeOptions(
+        phase_map=phase_map, all_ranges=all_ranges, strip_args=strip_args, steps=steps
+    )
     if len(runs) < 2:
         raise fail("compare needs at least two runs")
     labels = list(label or [])
@@ -56,10 +60,7 @@ def compare(
         written = compare_to(
             dict(zip(labels, runs, strict=True)),
             out,
-            phase_map=phase_map,
-            all_ranges=all_ranges,
-            steps=steps,
-            strip_args=strip_args,
+            options,
             reporter=reporter,
         )
     lines = (out / "compare.md").read_text(encoding="utf-8").splitlines()

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..jobs.timeline import DEFAULT_MAX_OPS, DEFAULT_MAX_RANGES
+from ..jobs.timeline import DEFAULT_MAX_OPS, DEFAULT_MAX_RANGES, TimelineOutputs
 from .analyze import AllRanges, PhaseMapFile, Steps, StripArgs
 from .app import ForceCombine, app, console, note, out_option, spinner
 
@@ -69,21 +69,30 @@ def timeline(
     everything.
     """
     from ..jobs import timeline_to
+    from ..options import AnalyzeOptions
 
+    options = AnalyzeOptions(
+        phase_map=phase_map,
+        all_ranges=all_ranges,
+        strip_args=strip_args,
+        force_combine=force_combine,
+        steps=steps,
+    )
     with spinner(details=False) as reporter:
         done = timeline_to(
             run,
             out,
+            options,
             max_ops=max_ops,
             max_ranges=max_ranges,
             merge_gap_us=merge_gap_us,
-            phase_map=phase_map,
-            all_ranges=all_ranges,
-            force_combine=force_combine,
-            steps=steps,
-            strip_args=strip_args,
             reporter=reporter,
         )
+    _print_done(done)
+
+
+def _print_done(done: TimelineOutputs) -> None:
+    """The notes, then one line: what the timeline holds and where it is."""
     for line in done.notes:
         note(line)
     ranges = "no" if done.n_ranges is None else f"{done.n_ranges_drawn:,} of {done.n_ranges:,}"

@@ -12,6 +12,7 @@ from typing import Any
 import polars as pl
 
 from ..frames import int_value
+from ..intervals import reach
 from .samples import PowerData, cumulative_energy, energy_at, sample_faults
 
 #: Relative tolerance of the conservation check. Every part is a difference of one cumulative
@@ -43,7 +44,7 @@ def exclusive_intervals(ranges: pl.DataFrame) -> pl.DataFrame:
         )
         .filter(pl.col("end_ns") > pl.col("start_ns"))
         .sort("rid", "start_ns", "end_ns")
-        .with_columns(pl.col("end_ns").cum_max().shift(1).over("rid").alias("reach"))
+        .with_columns(reach("rid").alias("reach"))
     )
     before_each = children.select(
         "rid", pl.coalesce("reach", "p0").alias("start_ns"), pl.col("start_ns").alias("end_ns")
@@ -150,11 +151,11 @@ def _sorted_sum(frame: pl.DataFrame) -> float:
 def _uncovered(ranges: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
     """Stretches of ``[lo, hi]`` that no range covers: ``start_ns, end_ns``."""
     ordered = ranges.select("start_ns", "end_ns").sort("start_ns", "end_ns")
-    gaps = ordered.with_columns(
-        pl.col("end_ns").cum_max().shift(1).fill_null(lo).alias("reach")
-    ).select(pl.col("reach").alias("start_ns"), pl.col("start_ns").alias("end_ns"))
-    reach = int_value(ordered["end_ns"].max()) if ordered.height else lo
-    tail = pl.DataFrame({"start_ns": [reach], "end_ns": [hi]})
+    gaps = ordered.with_columns(reach().fill_null(lo).alias("reach")).select(
+        pl.col("reach").alias("start_ns"), pl.col("start_ns").alias("end_ns")
+    )
+    furthest = int_value(ordered["end_ns"].max()) if ordered.height else lo
+    tail = pl.DataFrame({"start_ns": [furthest], "end_ns": [hi]})
     return (
         pl.concat([gaps.cast(pl.Int64), tail.cast(pl.Int64)])
         .with_columns(

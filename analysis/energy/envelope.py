@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from ..intervals import merged_instants
 from ..model import WINDOW, Analysis
 from .samples import PowerData, cumulative_energy, sample_faults
 
@@ -164,17 +165,8 @@ def device_series(samples: pl.DataFrame) -> dict[str, Series]:
     return series
 
 
-def _union_of_sorted(arrays: list) -> np.ndarray:
-    """The sorted distinct values of already-sorted ``arrays``: ``np.unique`` of their concatenation.
-
-    A stable sort (timsort) merges the sorted runs in near-linear time: 30× faster than
-    ``np.unique``'s sort on 8 GPUs × 636,000 samples (1.1 s → 0.04 s).
-    """
-    values = np.concatenate(arrays)
-    values.sort(kind="stable")
-    if values.size == 0:
-        return values
-    return values[np.concatenate(([True], values[1:] != values[:-1]))]
+#: kept under its former name for tests/test_envelope.py
+_union_of_sorted = merged_instants
 
 
 def node_series(gpus: list[Series]) -> Series | None:
@@ -183,7 +175,7 @@ def node_series(gpus: list[Series]) -> Series | None:
     end = min(int(s.t[-1]) for s in gpus)
     if end <= start:
         return None
-    t = _union_of_sorted([s.t[(s.t >= start) & (s.t <= end)] for s in gpus] + [[start, end]])
+    t = merged_instants([s.t[(s.t >= start) & (s.t <= end)] for s in gpus] + [[start, end]])
     total = np.zeros(len(t) - 1)
     for s in gpus:  # the GPU segment (t_k, t_k+1] holding each node segment: first with t_k+1 ≥ end
         total += s.power[np.searchsorted(s.t[1:], t[1:], side="left")]

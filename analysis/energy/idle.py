@@ -9,6 +9,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..frames import previous_and_next
+from ..intervals import union_blocks
 
 
 def idle_guard_ns(interval_ns: int | None) -> int:
@@ -19,29 +20,13 @@ def idle_guard_ns(interval_ns: int | None) -> int:
 def busy_blocks(intervals: pl.DataFrame, *, merge_gap_ns: int = 0) -> pl.DataFrame:
     """Busy stretches per device (``device, start_ns, end_ns``).
 
-    Intervals merge when they overlap, touch, or lie less than ``merge_gap_ns`` apart.
+    Intervals merge when they overlap, touch, or lie less than ``merge_gap_ns`` apart
+    (:func:`~analysis.intervals.union_blocks`).
 
     With ``merge_gap_ns = 2 × idle_guard_ns`` the blocks are few (one per idle stretch), and
     merging blocks of parts of a run gives the blocks of the whole run.
     """
-    return (
-        intervals.select("device", "start_ns", "end_ns")
-        .sort("device", "start_ns")
-        .with_columns(pl.col("end_ns").cum_max().shift(1).over("device").alias("_reach"))
-        .with_columns(
-            (
-                pl.col("_reach").is_null()
-                | (pl.col("start_ns") - pl.col("_reach") >= max(merge_gap_ns, 1))
-            )
-            .cum_sum()
-            .over("device")
-            .alias("_block")
-        )
-        .group_by("device", "_block")
-        .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
-        .select("device", "start_ns", "end_ns")
-        .sort("device", "start_ns")
-    )
+    return union_blocks(intervals, ["device"], gap_ns=max(merge_gap_ns, 1))
 
 
 def idle_baseline(

@@ -1,10 +1,13 @@
 """GPU power samples → one table on the trace clock, cumulative energy, energy over intervals.
 
-Source: the NVML sampler's Parquet (``nvtx_phases.power``). Its timestamps are the sampling
+Sources: the NVML sampler's Parquet (``nvtx_phases.power``), and power logs of nvidia-smi,
+``dcgmi dmon`` and Zeus (:mod:`.power_logs`). The sampler's timestamps are the sampling
 process's monotonic clock; the sampler also left NVTX marks ``nvtx_phases.power_clock mono_ns=…``
 in the trace, so ``trace time = mono_ns + median(mark time − mark mono_ns)`` over the marks of
 that process (matched by host and pid). Without marks, the sampler's wall clock and the trace's
-session start are used instead, with a warning (accuracy = the hosts' clock sync).
+session start are used instead, with a warning (accuracy = the hosts' clock sync). Logs carry
+only wall-clock time: ``trace time = UTC time − the traces' clock zero``, with a line per log
+saying what it is and lacks.
 
 Energy over an interval comes from the GPU's total-energy counter where every sample has it
 (linear interpolation at the interval's ends), else from trapezoidal integration of power.
@@ -25,6 +28,8 @@ from nvtx_phases.naming import CLOCK_MARK_PATTERN, REQUIRED_SAMPLER_COLUMNS
 from ..errors import InputError
 from ..frames import PolarsDataType, previous_and_next
 from ..normalize.devices import normalize_uuid
+from .power_logs import SAMPLER_FORMAT as _SAMPLER
+from .power_logs import is_power_log, log_alignment, log_hosts, log_samples
 
 SAMPLE_COLUMNS = REQUIRED_SAMPLER_COLUMNS
 
@@ -43,16 +48,24 @@ class PowerData:
     """Samples on the trace clock (``device`` named like GPU operations' devices)."""
 
     samples: pl.DataFrame  # device, t_ns, power_w, energy_mj
-    source: str  # "nvml-counter", "nvml-power", or "" when none
+    #: "<format(s)>-counter" or "<format(s)>-power" ("nvml-counter", "nvidia-smi-power",
+    #: "dcgm-counter", …), or "" when none
+    source: str
     interval_ns: int | None
     alignment: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
 
 def load_samples(paths: list[Path]) -> pl.DataFrame:
-    """Concatenate sampler Parquet files, checking their columns (``uuid`` may be absent)."""
+    """Concatenate power files: sampler Parquet (columns checked; ``uuid`` may be absent) or logs.
+
+    Adds ``format`` (``nvml`` or the log's tool) and ``note`` (a log's one-line description).
+    """
     frames = []
     for path in paths:
+        if is_power_log(path):
+            frames.append(log_samples(path)[0])
+            continue
         try:
             frame = pl.read_parquet(path)
         except Exception as exc:  # polars raises several kinds for a bad file
@@ -74,6 +87,8 @@ def load_samples(paths: list[Path]) -> pl.DataFrame:
                 pl.col("energy_mj").cast(pl.Int64),
                 # two runs' samplers can share host, pid and clock readings: the file tells them apart
                 pl.lit(str(path)).alias("source"),
+                pl.lit(_SAMPLER).alias("format"),
+                pl.lit(None, dtype=pl.String).alias("note"),
             )
         )
     return pl.concat(frames) if frames else pl.DataFrame()
@@ -103,26 +118,36 @@ def align(
     op_devices: list[str],
     aliases: dict[str, str] | None = None,
 ) -> PowerData:
-    """Samples → trace clock and device names; report how each sampler was aligned.
+    """Samples → trace clock and device names; report how each sampler or log was aligned.
 
     ``aliases``: ``host:deviceId`` → device name, for samples without a UUID. A GPU sampled by
     several samplers (one per process, or two runs' files) keeps the samples of one sampler, the
     one with the most samples: interleaving two samplers' counters would break the energy sums.
+    Logs (:mod:`.power_logs`) are placed by their UTC time minus ``origin_utc_ns``.
     """
+    if "format" not in samples.columns:
+        samples = samples.with_columns(
+            pl.lit(_SAMPLER).alias("format"), pl.lit(None, dtype=pl.String).alias("note")
+        )
+    samples = log_hosts(samples, aliases or {})
     samples = samples.with_columns(_device_names(samples, aliases or {}).alias("device"))
     samples, warnings = _one_sampler_per_device(samples)
+    from_sampler = pl.col("format") == _SAMPLER
     samplers = (
-        samples.select("host", "pid")
+        samples.filter(from_sampler)
+        .select("host", "pid")
         .unique()
         .join(_mark_offsets(marks), on=["host", "pid"], how="left")
     )
     alignment, alignment_warnings = _alignment_methods(samplers)
-    warnings += alignment_warnings
+    logs_aligned, log_warnings = log_alignment(samples, origin_utc_ns)
+    alignment += logs_aligned
+    warnings += alignment_warnings + log_warnings
     joined = samples.join(samplers, on=["host", "pid"], how="left")
     origin = origin_utc_ns if origin_utc_ns is not None else 0
     aligned = joined.select(
         "device",
-        pl.when(pl.col("offset_ns").is_not_null())
+        pl.when(pl.col("offset_ns").is_not_null() & from_sampler)
         .then(pl.col("mono_ns") + pl.col("offset_ns"))
         .otherwise(pl.col("wall_ns") - origin)
         .alias("t_ns"),
@@ -144,9 +169,10 @@ def align(
         if aligned.height > 1
         else None
     )
+    formats = "+".join(sorted(set(samples["format"].unique()))) if aligned.height else ""
     return PowerData(
         samples=aligned,
-        source=("nvml-counter" if has_counter else "nvml-power") if aligned.height else "",
+        source=f"{formats}-{'counter' if has_counter else 'power'}" if aligned.height else "",
         interval_ns=int(dt) if dt is not None else None,
         alignment=alignment,
         warnings=warnings,
@@ -213,7 +239,7 @@ def _one_sampler_per_device(samples: pl.DataFrame) -> tuple[pl.DataFrame, list[s
 def cumulative_energy(power: PowerData) -> pl.DataFrame:
     """Per device and sample: ``cum_j``, energy since the device's first sample."""
     samples = power.samples.sort("device", "t_ns")
-    if power.source == "nvml-counter":
+    if power.source.endswith("-counter"):
         cum = (pl.col("energy_mj") - pl.col("energy_mj").first().over("device")) / 1000.0
     else:
         dt_s = pl.col("t_ns").diff().over("device").fill_null(0) / 1e9

@@ -1,15 +1,14 @@
-"""Tables and figures written beside an analysis when its data allow them.
+"""Figures and report sections drawn beside an analysis when its data allow them.
 
-The power envelope (with power samples), GPU metrics per phase (with nsys GPU metrics) and
-the report's response-length sections (with length records).
+The power envelope figure (with power samples) and the report's response-length sections (with
+length records); the tables themselves are the registry's (:mod:`analysis.render.tables`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-from .common import Reporter
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..model import Analysis
@@ -17,60 +16,38 @@ if TYPE_CHECKING:
     from ..render.report_units import Section
 
 
-def envelope_files(
-    result: Analysis,
-    out: Path,
-    *,
-    table: bool,
-    drawing: Drawing | None,
-    saved: Path | None = None,
-) -> list[Path]:
-    """Write ``power_envelope.csv`` (``table``); give ``drawing`` ``figures/power_envelope.*``.
-
-    Nothing without power samples. ``saved``: an analysis folder whose ``power_envelope.csv``
-    the figure is drawn from (seconds saved at 1,000 steps), when it has one and no table is
-    asked for. Returns the tables written (the figure's files come from ``drawing``).
-    """
-    if result.power_samples is None or result.power_samples.is_empty():
-        return []  # before the imports: numpy is not needed then (start-up)
-    from ..energy.envelope import ENVELOPE_SCHEMA, power_envelope
-    from ..render.envelope import CSV_NAME, write_envelope_csv
+def envelope_drawer(drawing: Drawing | None, figures: Path) -> Callable[[str, Any], object]:
+    """``write_outputs``' ``on_frame``: the power envelope figure drawn from the table written."""
+    from ..render.envelope import CSV_NAME
     from ..render.figure_tasks import envelope_task
 
-    if saved is not None and not table and (saved / CSV_NAME).is_file():
-        import polars as pl
+    def draw(name: str, frame: Any) -> None:
+        if drawing is not None and name == CSV_NAME:
+            drawing.draw(envelope_task(frame, figures))
 
-        if drawing is not None:
-            saved_table = pl.read_csv(saved / CSV_NAME, schema_overrides=ENVELOPE_SCHEMA)
-            drawing.draw(envelope_task(saved_table, out / "figures"))
-        return []
-    envelope = power_envelope(result)
-    if envelope is None:
-        return []
-    if drawing is not None:
-        drawing.draw(envelope_task(envelope, out / "figures"))
-    return write_envelope_csv(envelope, out) if table else []
+    return draw
 
 
-def gpu_metrics_files(result: Analysis, out: Path, reporter: Reporter) -> list[Path]:
-    """Write ``gpu_metrics_per_phase.csv`` when the exports hold nsys GPU metrics (a note else).
+def saved_envelope_figure(result: Analysis, saved: Path, figures: Path, drawing: Drawing) -> None:
+    """The power envelope figure of an analysis folder, from its ``power_envelope.csv``.
 
-    Only on a fresh analysis: one read back from a folder lacks the per-operation columns.
+    Nothing without power samples; computed from the analysis when the folder has no table.
     """
-    from ..aggregate.gpu_metrics import gpu_metrics_per_phase, projection_devices
-    from ..normalize.gpu_metrics import read_run_gpu_metrics
-    from ..render.gpu_metrics import write_gpu_metrics_csv
+    if result.power_samples is None or result.power_samples.is_empty():
+        return  # before the imports: numpy is not needed then (start-up)
+    import polars as pl
 
-    metrics = read_run_gpu_metrics(result.summary.traces)
-    for note in metrics.notes:
-        reporter.note(note)
-    table = gpu_metrics_per_phase(
-        result.phases,
-        metrics.samples(),
-        metrics.available,
-        projection_devices(result.gpu_activity, result.phases),
+    from ..energy.envelope import ENVELOPE_SCHEMA, power_envelope
+    from ..render.envelope import CSV_NAME
+    from ..render.figure_tasks import envelope_task
+
+    envelope: pl.DataFrame | None = (
+        pl.read_csv(saved / CSV_NAME, schema_overrides=ENVELOPE_SCHEMA)
+        if (saved / CSV_NAME).is_file()
+        else power_envelope(result)
     )
-    return write_gpu_metrics_csv(table, out)
+    if envelope is not None and not envelope.is_empty():
+        drawing.draw(envelope_task(envelope, figures))
 
 
 def length_sections(

@@ -7,17 +7,16 @@ from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..attribute.phase_map import PhaseMap
     from ..model import Analysis
+    from ..options import AnalyzeOptions
     from ..render.drawing import Drawing
-    from ..run.load import Engine
 
 from ..errors import one_line
 from .common import QUIET, Reporter
-from .extras import envelope_files, gpu_metrics_files, length_sections
+from .extras import envelope_drawer, length_sections, saved_envelope_figure
 from .lengths_dir import lengths_beside
 
 # --- one run: an analysis folder, or traces ------------------------------------------------------
@@ -64,67 +63,57 @@ def load_saved_analysis(folder: Path) -> Analysis:
 
 def open_run(
     inputs: Sequence[Path],
+    options: AnalyzeOptions | None = None,
     *,
     label: str | None = None,
-    phase_map: PhaseMap | None = None,
-    idle_power_w: float | None = None,
-    force_combine: bool = False,
-    steps: str | None = None,
     reporter: Reporter = QUIET,
+    **changes: Any,
 ) -> Analysis:
     """One run's :class:`~analysis.model.Analysis`, from its analysis folder or its traces.
 
-    Traces are analyzed (stage "analyzing LABEL…" first) with ``phase_map``, ``idle_power_w``
-    and ``force_combine``. ``steps``: a ``--steps`` spec (:mod:`analysis.run.select`), checked
-    first. The caller closes the result (``with open_run(...) as run:``).
+    Traces are analyzed (stage "analyzing LABEL…" first) with ``options`` (or keywords naming
+    its fields, as :func:`analysis.run.pipeline.analyze` takes them); an analysis folder is
+    read as saved, its steps selected by ``options.steps``. The caller closes the result
+    (``with open_run(...) as run:``).
     """
+    from ..options import options_from
     from ..run.pipeline import analyze
-    from ..run.select import parse_steps, select_run
 
-    spec = parse_steps(steps) if steps else None  # a bad spec fails before a long analysis
+    opts = options_from(options, changes)  # a bad spec or map fails before a long analysis
     folder = analysis_folder(inputs)
-    if folder is not None:
-        run = load_saved_analysis(folder)
-    else:
+    if folder is None:
         reporter.stage(f"analyzing {label}…" if label else "analyzing…")
-        run = analyze(
+        return analyze(
             resolve_traces(inputs, reporter),
-            phase_map=phase_map,
-            idle_power_w=idle_power_w,
+            opts,
             progress=reporter.detail,
-            force_combine=force_combine,
+            on_file_done=reporter.file_done,
         )
-    return run if spec is None else select_run(run, spec)
+    run = load_saved_analysis(folder)
+    if not opts.steps:
+        return run
+    from ..run.select import select_run
+    from ..step_spec import parse_steps
+
+    return select_run(run, parse_steps(opts.steps))
 
 
-def _phase_map(
-    path: Path | None, all_ranges: bool, strip_args: bool = False, folder: Path | None = None
-) -> PhaseMap:  # an analysis folder keeps the options it was analyzed with: refused with one
-    from ..attribute.phase_map import default_phase_map, load_phase_map
+def refuse_trace_options(folder: Path, options: AnalyzeOptions) -> None:
+    """An analysis folder keeps the options it was analyzed with: the phase options refused."""
     from ..errors import InputError
 
-    if folder is not None and (path is not None or all_ranges or strip_args):
+    if options.phase_map is not None or options.all_ranges or options.strip_args:
         raise InputError(
             f"--phase-map/--all-ranges/--strip-args apply to traces only: {folder} is an analysis "
             "folder, analyzed with its own options (analyze again with them, or report the traces)"
         )
-    pmap = load_phase_map(path) if path else default_phase_map()
-    pmap = pmap.with_strip_args() if strip_args else pmap
-    return pmap.with_all_ranges() if all_ranges else pmap
 
 
-def _invoked(
-    result: Analysis, command_line: Sequence[str] | None, phase_map: Path | None, top: int | None
-) -> Analysis:
-    """``result`` with the command line, the phase map file and ``top_kernels`` in provenance."""
+def _invoked(result: Analysis, command_line: Sequence[str] | None, top: int | None) -> Analysis:
+    """``result`` with the command line and ``top_kernels`` in its provenance."""
     from ..run.provenance import with_invocation
 
-    return with_invocation(
-        result,
-        command_line=command_line,
-        options={"top_kernels": top},
-        phase_map_file=phase_map,
-    )
+    return with_invocation(result, command_line=command_line, options={"top_kernels": top})
 
 
 def _with_warnings(result: Analysis, warnings: Sequence[str]) -> Analysis:
@@ -161,69 +150,45 @@ class AnalysisOutputs:
 def analyze_to(
     traces: Sequence[Path],
     out: Path,
+    options: AnalyzeOptions | None = None,
     *,
-    phase_map: Path | None = None,
-    all_ranges: bool = False,
-    power_files: Sequence[Path] | None = None,
-    idle_power_w: float | None = None,
     figures: bool = True,
-    jobs: int = 1,
-    engine: Engine = "process",
-    chunk_ops: int | None = None,
-    spill_dir: Path | None = None,
-    force_combine: bool = False,
     top_kernels: int | None = 10,
     command_line: Sequence[str] | None = None,
-    steps: str | None = None,
-    strip_args: bool = False,
     detail_steps: str | None = None,
     draw_workers: int = 0,
     reporter: Reporter = QUIET,
+    **changes: Any,
 ) -> AnalysisOutputs:
     """Analyze one run's traces and write its tables (and figures) to ``out``: ``analyze``.
 
+    ``options``: :class:`~analysis.options.AnalyzeOptions` (or keywords naming its fields).
     ``out`` is checked before anything else, and afterwards holds this run's files only.
-    ``phase_map``: a TOML file; ``all_ranges``: every NVTX range is a phase. ``top_kernels``:
-    kernel names per phase in ``kernels_by_phase.csv`` (None or 0: all); ``command_line``: the
-    CLI's, for the provenance in ``summary.json``. ``steps``: keep only these steps
-    (:mod:`analysis.run.select`); ``strip_args``: cut PyTorch's argument suffixes off range
-    names; ``detail_steps``: the steps of the power detail figure (same syntax; checked against
-    the run's steps before anything is written); ``draw_workers``: processes drawing the figures
-    meanwhile (0: here; see :mod:`analysis.render.drawing`). The other options are
-    :func:`analysis.run.pipeline.analyze`'s (``chunk_ops`` None: its default).
+    ``top_kernels``: kernel names per phase in ``kernels_by_phase.csv`` (None or 0: all);
+    ``command_line``: the CLI's, for the provenance in ``summary.json``. ``detail_steps``: the
+    steps of the power detail figure (``--steps`` syntax; checked against the run's steps before
+    anything is written); ``draw_workers``: processes drawing the figures meanwhile (0: here;
+    see :mod:`analysis.render.drawing`).
     """
+    from ..options import options_from
     from ..render.drawing import Drawing
     from ..render.files import check_output_folder
     from ..run.pipeline import analyze
-    from ..run.select import parse_steps, select_run
 
+    opts = options_from(options, changes)
     check_output_folder(out)  # before exporting .nsys-rep reports and analyzing
-    spec = parse_steps(steps) if steps else None
     _check_detail_syntax(detail_steps)
     files = resolve_traces(traces, reporter)
-    pmap = _phase_map(phase_map, all_ranges, strip_args)
     with ExitStack() as stack:
         # started now, the drawing workers import matplotlib while the traces are read
         drawing = stack.enter_context(Drawing(draw_workers)) if figures else None
         reporter.begin(len(files))
-        result = analyze(
-            files,
-            phase_map=pmap,
-            power_files=power_files,
-            idle_power_w=idle_power_w,
-            progress=reporter.detail,
-            jobs=jobs,
-            engine=engine,
-            on_file_done=reporter.file_done,
-            **({"chunk_ops": chunk_ops} if chunk_ops else {}),
-            spill_dir=spill_dir,
-            force_combine=force_combine,
-        )
+        result = analyze(files, opts, progress=reporter.detail, on_file_done=reporter.file_done)
+        for line in result.notes:
+            reporter.note(line)
         with ExitStack() as on_error:
             on_error.callback(result.close)
-            if spec is not None:
-                result = select_run(result, spec)
-            result = _invoked(result, command_line, phase_map, top_kernels)
+            result = _invoked(result, command_line, top_kernels)
             if drawing is not None and detail_steps:
                 from ..aggregate.step_stack import check_detail_steps
 
@@ -250,9 +215,8 @@ def _write_analysis(
         if drawing is not None:
             for task in phase_figure_tasks(result, out / "figures", detail_steps=detail_steps):
                 drawing.draw(task)
-        written = session.add(write_outputs(result, out, top_kernels=top_kernels))
-        written += session.add(envelope_files(result, out, table=True, drawing=drawing))
-        written += session.add(gpu_metrics_files(result, out, reporter))
+        draw = envelope_drawer(drawing, out / "figures")
+        written = session.add(write_outputs(result, out, top_kernels=top_kernels, on_frame=draw))
         if drawing is not None:
             reporter.stage("drawing figures")
             written += session.add(drawing.drawn())
@@ -262,54 +226,42 @@ def _write_analysis(
 def build_report(
     inputs: Sequence[Path],
     out: Path,
+    options: AnalyzeOptions | None = None,
     *,
     lengths: Path | None = None,
     cap: int | None = None,
-    idle_power_w: float | None = None,
-    force_combine: bool = False,
     command_line: Sequence[str] | None = None,
-    steps: str | None = None,
     detail_steps: str | None = None,
-    phase_map: Path | None = None,
-    all_ranges: bool = False,
-    strip_args: bool = False,
     draw_workers: int = 0,
     reporter: Reporter = QUIET,
+    **changes: Any,
 ) -> list[Path]:
     """Write report.html and report.md (and the figures) of one run to ``out``: ``report``.
 
     ``inputs``: an analysis folder, or the run's traces (then their tables are written too,
     with ``command_line`` in the provenance). ``lengths``: response-length records (default:
-    :func:`~analysis.jobs.lengths_dir.lengths_beside`) add length, straggler and energy-per-token sections; ``cap``: the
-    rollout's max response length; ``steps``: report only these steps. The others: as
-    :func:`analyze_to`'s (phase_map, all_ranges, strip_args with an analysis folder: refused).
+    :func:`~analysis.jobs.lengths_dir.lengths_beside`) add length, straggler and
+    energy-per-token sections; ``cap``: the rollout's max response length. ``options`` (or
+    keywords): as :func:`analyze_to`'s; with an analysis folder only ``steps`` applies (the
+    phase options are refused).
     """
+    from ..options import options_from
     from ..render.drawing import Drawing
     from ..render.figure_tasks import phase_figure_tasks
-    from ..render.files import (
-        TABLE_NAMES,
-        check_output_folder,
-        output_folder,
-        same_folder,
-        write_outputs,
-    )
+    from ..render.files import check_output_folder, output_folder, same_folder, write_outputs
     from ..render.kernels_by_phase import kernel_sections
     from ..render.report import write_report
+    from ..render.tables import TABLE_NAMES
 
+    opts = options_from(options, changes)
     check_output_folder(out)  # before a long analysis, not after it
     _check_detail_syntax(detail_steps)
     folder = analysis_folder(inputs)
-    pmap = _phase_map(phase_map, all_ranges, strip_args, folder)  # before a long analysis
+    if folder is not None:
+        refuse_trace_options(folder, opts)  # before a long analysis
     with (
         Drawing(draw_workers) as drawing,  # its workers import matplotlib while the run is read
-        open_run(
-            inputs,
-            phase_map=pmap,
-            idle_power_w=idle_power_w,
-            force_combine=force_combine,
-            steps=steps,
-            reporter=reporter,
-        ) as result,
+        open_run(inputs, opts, reporter=reporter) as result,
     ):
         if detail_steps:
             from ..aggregate.step_stack import check_detail_steps
@@ -321,12 +273,13 @@ def build_report(
             for task in phase_figure_tasks(result, out / "figures", detail_steps=detail_steps):
                 drawing.draw(task)
             if folder is None:
+                for line in result.notes:
+                    reporter.note(line)
                 reporter.stage("writing outputs")
-                session.add(write_outputs(_invoked(result, command_line, phase_map, 10), out))
-                session.add(gpu_metrics_files(result, out, reporter))
-            session.add(
-                envelope_files(result, out, table=folder is None, drawing=drawing, saved=folder)
-            )
+                draw = envelope_drawer(drawing, out / "figures")
+                session.add(write_outputs(_invoked(result, command_line, 10), out, on_frame=draw))
+            else:
+                saved_envelope_figure(result, folder, out / "figures", drawing)
             sections = kernel_sections(result, folder)  # saved in the folder, else computed
             length_dir = lengths or lengths_beside(inputs, result)
             if length_dir is not None:
@@ -355,34 +308,31 @@ def _check_detail_syntax(detail_steps: str | None) -> None:
 def compare_to(
     runs: Mapping[str, Path],
     out: Path,
+    options: AnalyzeOptions | None = None,
     *,
-    phase_map: Path | None = None,
-    all_ranges: bool = False,
-    steps: str | None = None,
-    strip_args: bool = False,
     reporter: Reporter = QUIET,
+    **changes: Any,
 ) -> list[Path]:
     """Compare labelled runs (analysis folders or traces) phase by phase into ``out``: ``compare``.
 
-    ``phase_map``/``all_ranges``/``strip_args`` apply to runs given as traces (a note for each
+    ``options`` (or keywords): the phase options apply to runs given as traces (a note for each
     analysis folder); ``steps`` to every run (:mod:`analysis.run.select`). Writes
     :func:`analysis.render.compare_files.write_comparison`'s files, ``compare.md`` among them.
     """
+    from ..options import options_from
     from ..render.compare_files import write_comparison
-    from ..step_spec import parse_steps
 
-    if steps:
-        parse_steps(steps)  # a bad spec fails before any run is analyzed
-    pmap = _phase_map(phase_map, all_ranges, strip_args)
+    opts = options_from(options, changes)  # a bad spec fails before any run is analyzed
+    phase_options = opts.phase_map is not None or opts.all_ranges or opts.strip_args
     with ExitStack() as stack:
         analyses: dict[str, Analysis] = {}
         for label, run in runs.items():
-            if is_analysis_folder(run) and (phase_map or all_ranges or strip_args):
+            if is_analysis_folder(run) and phase_options:
                 reporter.note(
                     f"{run} was analyzed already; --phase-map/--all-ranges/--strip-args not applied"
                 )
             analyses[label] = stack.enter_context(
-                open_run([run], label=label, phase_map=pmap, steps=steps, reporter=reporter)
+                open_run([run], opts, label=label, reporter=reporter)
             )
         reporter.stage("writing the comparison")
         return write_comparison(analyses, out)

@@ -10,14 +10,14 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import OutputError
 from .common import QUIET, Reporter
 from .run import analysis_folder, open_run
 
 if TYPE_CHECKING:  # Polars and the analysis are imported where used: importing jobs is cheap
-    pass
+    from ..options import AnalyzeOptions
 
 #: GPU operations shown one by one up to this many; past it, merged per stream into busy blocks
 DEFAULT_MAX_OPS = 200_000
@@ -59,42 +59,34 @@ def check_output_file(out: Path) -> None:
 def timeline_to(
     inputs: Sequence[Path],
     out: Path,
+    options: AnalyzeOptions | None = None,
     *,
     max_ops: int = DEFAULT_MAX_OPS,
     max_ranges: int = DEFAULT_MAX_RANGES,
     merge_gap_us: float | None = None,
-    phase_map: Path | None = None,
-    all_ranges: bool = False,
-    force_combine: bool = False,
-    steps: str | None = None,
-    strip_args: bool = False,
     reporter: Reporter = QUIET,
+    **changes: Any,
 ) -> TimelineOutputs:
     """Write one run's timeline to ``out`` (gzipped when it ends in ``.gz``): ``timeline``.
 
     One slice per NVTX range; past ``max_ranges`` ranges the shortest are left out. Past
     ``max_ops`` GPU operations, each stream's are merged into busy blocks; ``merge_gap_us``
-    merges operations less than that apart whatever their number. ``phase_map``/``all_ranges``/
-    ``force_combine``/``strip_args`` apply to traces (a note for an analysis folder); ``steps``
-    (``--steps`` syntax) keeps those steps' phases and operations.
+    merges operations less than that apart whatever their number. ``options`` (or keywords,
+    :class:`~analysis.options.AnalyzeOptions`) apply to traces, except ``steps`` (those steps'
+    phases and operations), which applies to an analysis folder too (the others: a note).
     """
-    from ..attribute.phase_map import default_phase_map, load_phase_map
+    from ..options import options_from
     from ..render.timeline import build_timeline, write_timeline
-    from ..run.select import parse_steps, select_steps
 
-    spec = parse_steps(steps) if steps else None  # a bad spec fails before any reading
+    opts = options_from(options, changes)  # a bad spec or map fails before any reading
     check_output_file(out)
     folder = analysis_folder(inputs)
-    if folder is not None and (phase_map or all_ranges):
-        reporter.note(f"{folder} was analyzed already; --phase-map/--all-ranges not applied")
-    pmap = None
-    if folder is None:
-        pmap = load_phase_map(phase_map) if phase_map else default_phase_map()
-        pmap = pmap.with_all_ranges() if all_ranges else pmap
-        pmap = pmap.with_strip_args() if strip_args else pmap
+    if folder is not None and (opts.phase_map is not None or opts.all_ranges or opts.strip_args):
+        reporter.note(
+            f"{folder} was analyzed already; --phase-map/--all-ranges/--strip-args not applied"
+        )
     gap_ns = None if merge_gap_us is None else round(merge_gap_us * 1000)
-    with open_run(inputs, phase_map=pmap, force_combine=force_combine, reporter=reporter) as run:
-        full = select_steps(run, spec) if spec else run
+    with open_run(inputs, opts, reporter=reporter) as full:
         reporter.stage("building the timeline")
         timeline = build_timeline(full, max_ops=max_ops, merge_gap_ns=gap_ns, max_ranges=max_ranges)
         reporter.stage(f"writing {out}")

@@ -53,10 +53,11 @@ class WhatIfOutputs:
 
 
 def _driver_rows(analysis: Analysis, name: str) -> pl.DataFrame:
-    """The window rows (step and its direct children) of the process that marks the steps."""
+    """The window rows (step and the driver's top-level phases) of the process marking steps."""
     import polars as pl
 
     from ..model import WINDOW
+    from ..phase_paths import is_step_phase
 
     window = analysis.phases.filter(
         (pl.col("attribution") == WINDOW) & pl.col("step").is_not_null()
@@ -75,9 +76,10 @@ def _driver_rows(analysis: Analysis, name: str) -> pl.DataFrame:
         .select("trace", "pid")
         .row(0)
     )
-    direct = pl.col("path").str.starts_with("step/") & (pl.col("path").str.count_matches("/") == 1)
     return window.filter(
-        (pl.col("trace") == trace) & (pl.col("pid") == pid) & ((pl.col("path") == STEP) | direct)
+        (pl.col("trace") == trace)
+        & (pl.col("pid") == pid)
+        & ((pl.col("path") == STEP) | is_step_phase())
     )
 
 

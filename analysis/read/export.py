@@ -1,26 +1,36 @@
-"""Read an Nsight Systems SQLite export into Polars frames through Arrow (ADBC's SQLite driver).
+"""Read one Nsight Systems export into Polars frames, whatever its container.
 
-Files come from other people's machines: they are opened read-only (SQLite URI ``mode=ro``), and
-the only SQL run is built here from the declared table specs in :mod:`analysis.read.specs`, with
-identifiers quoted; nothing read from the file is ever executed.
-ADBC's low-level API; each Arrow C stream goes straight into Polars (no pyarrow, no DB-API layer,
-whose import pulls in pyarrow.dataset and pandas: about a second of start-up).
+Two containers hold the same tables and columns: an ``nsys export --type sqlite`` file
+(:mod:`analysis.read.sqlite`) and an ``nsys export --type parquetdir`` folder of Parquet files
+(:mod:`analysis.read.parquetdir`). :func:`open_export` opens either; everything after it reads
+through the declared table specs of :mod:`analysis.read.specs`, so both give the same frames.
 """
 
 from __future__ import annotations
 
-import urllib.parse
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import adbc_driver_manager as adbc
-import adbc_driver_sqlite
 import polars as pl
 
-from ..errors import MissingColumns, NotAnNsysExport, TraceReadError
+from ..errors import MissingColumns, NotAnNsysExport
 from . import specs as T
+from .common import TableSource, decode_text_columns
+from .parquetdir import ParquetDirExport, export_stem, is_parquetdir
 from .specs import TableSpec
+from .sqlite import SqliteExport, sqlite_readonly_uri
+
+__all__ = [
+    "Export",
+    "RawTrace",
+    "TableSource",
+    "decode_text_columns",
+    "is_nsys_export",
+    "open_export",
+    "read_export",
+    "sqlite_readonly_uri",
+]
 
 
 @dataclass
@@ -61,233 +71,16 @@ class RawTrace:
         return self.meta.get("EXPORT_PRODUCT_VERSION", "unknown")
 
 
-def _quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+def open_export(path: str | Path) -> TableSource:
+    """Open one export read-only: a parquetdir folder, else an SQLite file."""
+    path = Path(path)
+    if is_parquetdir(path):
+        return ParquetDirExport(path)
+    return SqliteExport(path)
 
 
-def sqlite_readonly_uri(path: Path) -> str:
-    """An SQLite URI that opens ``path`` read-only (percent-escaped, so any file name works)."""
-    return "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
-
-
-class Export:
-    """One open, read-only export; reads declared columns as Arrow, whole or in batches."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        if not path.exists():
-            raise TraceReadError(str(path), "no such file")
-        if path.is_dir():
-            raise TraceReadError(str(path), "is a directory")
-        try:
-            self._db = adbc_driver_sqlite.connect(sqlite_readonly_uri(path))
-            self.conn = adbc.AdbcConnection(self._db)
-            self.table_names = set(
-                self._query(
-                    "SELECT CAST(name AS BLOB) AS name FROM sqlite_master WHERE type = 'table'",
-                    ("name",),
-                )["name"]
-            )
-        except BaseException as exc:  # the driver raises several DB-API classes: "unreadable"
-            raise _read_error(path, exc) from exc
-
-    def close(self) -> None:
-        """Close the connection."""
-        self.conn.close()
-        self._db.close()
-
-    def _arrow(self, sql: str, batch_rows: int | None = None) -> pl.DataFrame:
-        """The result of ``sql`` as one frame, read through the Arrow C stream interface."""
-        try:
-            with adbc.AdbcStatement(self.conn) as statement:
-                if batch_rows is not None:  # fewer, bigger chunks (the driver's default: 1024)
-                    statement.set_options(**{_BATCH_ROWS: str(batch_rows)})
-                statement.set_sql_query(sql)
-                stream, _ = statement.execute_query()
-                frame = pl.DataFrame(stream)
-        except BaseException as exc:
-            raise _read_error(self.path, exc) from exc
-        return frame
-
-    def _query(self, sql: str, text_columns: Collection[str] = ()) -> pl.DataFrame:
-        return decode_text_columns(self._arrow(sql, _WHOLE_BATCH_ROWS).rechunk(), text_columns)
-
-    def columns(self, table: str) -> dict[str, str]:
-        """Column name → declared type of ``table`` (a declared table, never a name from the file)."""
-        info = self._query(
-            "SELECT CAST(name AS BLOB) AS name, CAST(type AS BLOB) AS type "
-            f"FROM pragma_table_info('{table}')",
-            ("name", "type"),
-        )
-        return dict(zip(info["name"].cast(pl.String), info["type"].cast(pl.String), strict=True))
-
-    def resolve_table(self, spec: TableSpec) -> str | None:
-        """The name ``spec``'s table has in this export, or None when it is absent."""
-        for candidate in (spec.name, *spec.alt_names):
-            if candidate in self.table_names:
-                return candidate
-        return None
-
-    def _select(self, spec: TableSpec) -> tuple[str, list[str], list[str]] | None:
-        """The SELECT for ``spec``'s declared columns, the optional ones it lacks, its text columns.
-
-        Text columns are read as BLOBs and decoded here (:func:`decode_text_columns`): real
-        exports hold invalid UTF-8 and NUL bytes in TEXT columns, which the Arrow driver would
-        pass on unchecked and Polars would panic on.
-        """
-        table = self.resolve_table(spec)
-        if table is None:
-            return None
-        present = set(self.columns(table))
-        select: list[str] = []
-        text: list[str] = []
-        missing_required: list[str] = []
-        absent_optional: list[str] = []
-        for col in (*spec.required, *spec.optional):
-            source = next(
-                (c for c in (col, *spec.aliases.get(col, ())) if c in present),
-                None,
-            )
-            if source is None:
-                (missing_required if col in spec.required else absent_optional).append(col)
-                continue
-            if col in spec.text:
-                text.append(col)
-                select.append(f"CAST({_quote_ident(source)} AS BLOB) AS {_quote_ident(col)}")
-            else:
-                select.append(f"{_quote_ident(source)} AS {_quote_ident(col)}")
-        if missing_required:
-            raise MissingColumns(str(self.path), table, missing_required)
-        return f"SELECT {', '.join(select)} FROM {_quote_ident(table)}", absent_optional, text
-
-    def read(self, spec: TableSpec) -> pl.DataFrame | None:
-        """Read the declared columns of ``spec``; None when the table is absent."""
-        query = self._select(spec)
-        if query is None:
-            return None
-        sql, absent_optional, text = query
-        return _with_absent(self._query(sql, text), absent_optional, spec.text)
-
-    def rowid_span(self, spec: TableSpec) -> tuple[int, int] | None:
-        """``(first, last + 1)`` rowid of ``spec``'s table; None when absent, empty or rowid-less.
-
-        Two B-tree descents, not a scan: it lets readers split a big table into slices.
-        """
-        table = self.resolve_table(spec)
-        if table is None:
-            return None
-        try:
-            # one aggregate per query: SQLite answers a lone min() or max() of rowid from the
-            # B-tree's ends, but scans the whole table for both in one query
-            lo, hi = (
-                self._query(f"SELECT {agg}(rowid) AS v FROM {_quote_ident(table)}")["v"][0]
-                for agg in ("min", "max")
-            )
-        except TraceReadError:  # a WITHOUT ROWID table: read it whole
-            return None
-        return None if lo is None or hi is None else (int(lo), int(hi) + 1)
-
-    def batches(
-        self, spec: TableSpec, rows: int, *, rowids: tuple[int, int] | None = None
-    ) -> Iterator[pl.DataFrame]:
-        """The declared columns of ``spec`` in frames of about ``rows`` rows (none if absent).
-
-        Big tables (kernels, runtime calls) stream this way so that no step holds the whole
-        table twice (Arrow and Polars) or at all. ``rowids``: only rows with rowid in
-        ``[lo, hi)`` (a slice from :meth:`rowid_span`), in file order.
-        """
-        query = self._select(spec)
-        if query is None:
-            return
-        sql, absent_optional, text = query
-        span = rowids if rowids is not None else self.rowid_span(spec)
-        if span is None:  # empty, or a table without rowids: one read
-            frames: Iterator[pl.DataFrame] = iter([self._arrow(sql, rows)])
-        else:
-            frames = self._keyset_pages(sql, span, rows)
-        for frame in frames:
-            if frame.height:
-                yield _with_absent(decode_text_columns(frame, text), absent_optional, spec.text)
-
-    def _keyset_pages(self, sql: str, span: tuple[int, int], rows: int) -> Iterator[pl.DataFrame]:
-        """``sql``'s rows with rowid in ``span``, ``rows`` at a time (keyset pages), rowid order."""
-        lo, hi = int(span[0]), int(span[1])
-        select = sql.replace("SELECT ", "SELECT rowid AS __rowid, ", 1)
-        while lo < hi:
-            page = self._arrow(
-                f"{select} WHERE rowid >= {lo} AND rowid < {hi} ORDER BY rowid LIMIT {int(rows)}",
-                rows,
-            )
-            if page.height == 0:
-                return
-            lo = int(page["__rowid"][-1]) + 1
-            yield page.drop("__rowid")
-            if page.height < rows:
-                return
-
-
-_BATCH_ROWS = "adbc.sqlite.query.batch_rows"  # the driver's rows per Arrow batch
-_WHOLE_BATCH_ROWS = 65_536  # for whole-table reads (metadata, NVTX)
-
-
-def _with_absent(
-    frame: pl.DataFrame, absent_optional: list[str], text: Collection[str] = ()
-) -> pl.DataFrame:
-    # Optional columns an older/newer schema lacks become typed nulls, so later stages see
-    # one layout; the frames that matter record which were absent in RawTrace.warnings.
-    if absent_optional:
-        frame = frame.with_columns(
-            pl.lit(None, dtype=pl.String if c in text else pl.Int64).alias(c)
-            for c in absent_optional
-        )
-    return frame
-
-
-def decode_text_columns(frame: pl.DataFrame, columns: Collection[str]) -> pl.DataFrame:
-    """Decode BLOB-read text ``columns`` as UTF-8: invalid bytes become U+FFFD, NULs are dropped.
-
-    The fast path is one validating cast; only a column that holds invalid UTF-8 is decoded
-    value by value (files from other machines: binary device info, truncated strings).
-    """
-    fixed = []
-    for name in columns:
-        column = frame[name]
-        if column.dtype == pl.String:
-            decoded = column
-        elif column.dtype == pl.Binary:
-            try:
-                decoded = column.cast(pl.String)
-            except pl.exceptions.ComputeError:  # invalid UTF-8 somewhere in the column
-                decoded = pl.Series(
-                    name,
-                    [None if v is None else v.decode("utf-8", "replace") for v in column],
-                    dtype=pl.String,
-                )
-        else:  # all-null columns come back untyped; numbers stored in a TEXT column
-            decoded = column.cast(pl.String)
-        fixed.append(decoded.str.replace_all("\x00", "", literal=True))
-    return frame.with_columns(fixed) if fixed else frame
-
-
-_FATAL = (KeyboardInterrupt, SystemExit, GeneratorExit, MemoryError)
-
-
-def _read_error(path: Path, exc: BaseException) -> BaseException:
-    """The :class:`TraceReadError` for a driver/Arrow/Polars failure while reading ``path``.
-
-    Rust-side panics (``pyo3_runtime.PanicException``) derive from BaseException, not
-    Exception; they mean unreadable data too. Interrupts and exits pass through unchanged.
-    """
-    if isinstance(exc, (*_FATAL, TraceReadError)):
-        return exc
-    return TraceReadError(str(path), _short(exc))
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    for prefix in ("INVALID_ARGUMENT: ", "IO: ", "[SQLite] "):
-        text = text.replace(prefix, "")
-    return text
+#: The name readers have always opened exports by; the same as :func:`open_export`.
+Export = open_export
 
 
 _ALWAYS_READ = (
@@ -321,7 +114,7 @@ def is_nsys_export(table_names: Collection[str]) -> bool:
 def read_export(
     path: str | Path, *, label: str | None = None, streamed: Collection[TableSpec] = ()
 ) -> RawTrace:
-    """Read one ``nsys export --type sqlite`` file.
+    """Read one export (an ``nsys export`` SQLite file or parquetdir folder).
 
     Tables the capture did not collect (lazy exports omit them) are listed in
     ``missing_tables``; a file that is not an nsys export raises :class:`NotAnNsysExport`.
@@ -329,7 +122,7 @@ def read_export(
     (:meth:`Export.batches`).
     """
     path = Path(path)
-    export = Export(path)
+    export = open_export(path)
     try:
         if not is_nsys_export(export.table_names):
             raise NotAnNsysExport(str(path))
@@ -381,7 +174,7 @@ def read_export(
         )
     return RawTrace(
         path=path,
-        label=label or path.stem,
+        label=label or (export_stem(path) if path.is_dir() else path.stem),
         frames=frames,
         missing_tables=missing,
         meta=meta,

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from ..frames import int_value
-from .atomic import atomic_write
 from .report_units import fixed
 
 if TYPE_CHECKING:
@@ -33,13 +32,6 @@ _LEGEND: dict[str, Any] = {
     "frameon": False,
     "fontsize": 7,
 }
-
-
-def write_envelope_csv(envelope: pl.DataFrame, out: str | Path) -> list[Path]:
-    """Write ``out/power_envelope.csv`` (atomically); nothing for an empty table."""
-    if envelope.is_empty():
-        return []
-    return [atomic_write(Path(out) / CSV_NAME, lambda p: envelope.write_csv(p, float_precision=3))]
 
 
 def _label(path: str) -> str:

@@ -20,35 +20,21 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
+from functools import partial
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import polars as pl
 
 from ..aggregate.activity_writer import ACTIVITY_FILE
 from ..aggregate.kernels_by_phase import DEFAULT_TOP
 from ..errors import OutputError, SavedAnalysisError
-from ..model import Analysis, RunSummary
+from ..model import Analysis
 from .atomic import atomic_write
+from .tables import TABLE_NAMES, TABLES
 
 #: the list of files the tool wrote into an output folder (hidden; JSON)
 MANIFEST = ".nvtx-phases-outputs.json"
-#: the tables an analysis writes: :func:`write_outputs`'s (``power_samples.parquet`` only with
-#: power; ``kernels_by_phase.csv`` from :mod:`analysis.render.kernels_by_phase`) and, with power,
-#: ``power_envelope.csv`` (:mod:`analysis.render.envelope`)
-TABLE_NAMES = (
-    "phases.parquet",
-    "phases.csv",
-    "phase_devices.parquet",
-    "ranges.parquet",
-    "gpu_activity.parquet",
-    "kernels.csv",
-    "kernels_by_phase.csv",
-    "steps.csv",
-    "power_samples.parquet",
-    "power_envelope.csv",
-    "gpu_metrics_per_phase.csv",
-    "summary.json",
-)
 #: every name the tool writes into ``--out`` (figures under ``figures/``, PNG and SVG): what is
 #: cleaned from a folder an older version wrote, which has no manifest
 _FIGURE_STEMS = (
@@ -244,61 +230,39 @@ def same_folder(a: str | Path, b: str | Path) -> bool:
 
 
 def write_outputs(
-    analysis: Analysis, out: str | Path, *, top_kernels: int | None = DEFAULT_TOP
+    analysis: Analysis,
+    out: str | Path,
+    *,
+    top_kernels: int | None = DEFAULT_TOP,
+    on_frame: Callable[[str, Any], object] | None = None,
 ) -> list[Path]:
-    """Write phases (Parquet+CSV), per-device phases, GPU activity, kernels, steps and summary.
+    """Write every table of the registry (:data:`analysis.render.tables.TABLES`) to ``out``.
 
-    Also ``kernels_by_phase.csv``: the ``top_kernels`` kernel names per phase (None or 0: all).
+    The tables the analysis supports: phases (Parquet+CSV), per-device phases, ranges, GPU
+    activity, kernels, ``kernels_by_phase.csv`` (the ``top_kernels`` kernel names per phase;
+    None or 0: all), steps, power samples and envelope, GPU metrics per phase, summary.
+    ``on_frame(name, frame)``: called with each derived table written (e.g. to draw a figure
+    from it without computing it again).
     """
-    from .kernels_by_phase import write_kernels_by_phase
-
     out = Path(out)
     # the per-operation table is the big write (Polars releases the GIL): in a thread, while
-    # the kernel tables are computed and the small files written
+    # the other tables are computed and written
     with ThreadPoolExecutor(max_workers=1) as pool:
         activity = pool.submit(
             atomic_write, out / "gpu_activity.parquet", _activity_writer(analysis)
         )
-        written = _small_tables(analysis, out, top_kernels, write_kernels_by_phase)
-        # after phases, phases.csv, phase_devices (and ranges): TABLE_NAMES' order
-        written.insert(3 + (analysis.ranges is not None), activity.result())
+        written: list[Path] = []
+        for table in TABLES:
+            if table.name == "gpu_activity.parquet":
+                written.append(activity.result())
+                continue
+            frame = table.frame(analysis, top_kernels)
+            if frame is None or (table.skip_empty and frame.is_empty()):
+                continue
+            if table.field is None and on_frame is not None:
+                on_frame(table.name, frame)
+            written.append(atomic_write(out / table.name, partial(table.write, frame)))
     return written
-
-
-def _small_tables(
-    analysis: Analysis,
-    out: Path,
-    top_kernels: int | None,
-    write_kernels_by_phase: Callable[..., list[Path]],
-) -> list[Path]:
-    """Every table of :func:`write_outputs` but ``gpu_activity.parquet``, in its order."""
-    return [
-        atomic_write(out / "phases.parquet", analysis.phases.write_parquet),
-        atomic_write(out / "phases.csv", analysis.phases.write_csv),
-        atomic_write(out / "phase_devices.parquet", analysis.phase_devices.write_parquet),
-        *(
-            [atomic_write(out / "ranges.parquet", analysis.ranges.write_parquet)]
-            if analysis.ranges is not None
-            else []
-        ),
-        atomic_write(
-            out / "kernels.csv",
-            analysis.kernels.with_columns(pl.col("op_class").cast(pl.String)).write_csv,
-        ),
-        *write_kernels_by_phase(analysis, out, top=top_kernels),
-        atomic_write(out / "steps.csv", analysis.steps.write_csv),
-        *(
-            [atomic_write(out / "power_samples.parquet", analysis.power_samples.write_parquet)]
-            if analysis.power_samples is not None
-            else []
-        ),
-        atomic_write(
-            out / "summary.json",
-            lambda p: p.write_text(
-                json.dumps(analysis.summary.to_dict(), indent=2) + "\n", encoding="utf-8"
-            ),
-        ),
-    ]
 
 
 def _activity_writer(analysis: Analysis) -> Callable[[Path], object]:
@@ -328,39 +292,21 @@ def _whole_activity_file(analysis: Analysis) -> Path | None:
 def load_analysis(folder: str | Path) -> Analysis:
     """Read back what :func:`write_outputs` wrote: the same shape :func:`analyze` returns.
 
+    Every registry table that saves an :class:`Analysis` field is read back into it;
     ``gpu_activity`` is a lazy scan of ``gpu_activity.parquet`` (read only as far as a query
     needs); the result keeps no file open until it is queried.
     """
     folder = Path(folder)
-    required = (
-        "phases.parquet",
-        "phase_devices.parquet",
-        "kernels.csv",
-        "steps.csv",
-        "summary.json",
-    )
-    missing = [name for name in required if not (folder / name).exists()]
+    saved = [(t.name, t.field, t.read) for t in TABLES if t.field and t.read]
+    missing = [t.name for t in TABLES if t.required and not (folder / t.name).exists()]
     if missing:
         raise SavedAnalysisError(
             f"{folder}: not an analysis folder (missing {', '.join(missing)}); "
             "run `nvtx-phases analyze` first"
         )
-    power = folder / "power_samples.parquet"
-    ranges = folder / "ranges.parquet"
-    activity = folder / "gpu_activity.parquet"
-    summary = folder / "summary.json"
-    return Analysis(
-        phases=pl.read_parquet(folder / "phases.parquet"),
-        phase_devices=pl.read_parquet(folder / "phase_devices.parquet"),
-        # the whole table, as analyze() returns it: a lazy scan (millions of rows are read only
-        # as far as a query needs); a folder whose activity file is gone has none (said by
-        # the commands that need it)
-        gpu_activity=pl.scan_parquet(activity) if activity.exists() else pl.LazyFrame(),
-        kernels=pl.read_csv(folder / "kernels.csv"),
-        steps=pl.read_csv(folder / "steps.csv"),
-        summary=RunSummary.from_dict(
-            json.loads(summary.read_text(encoding="utf-8")), source=str(summary)
-        ),
-        power_samples=pl.read_parquet(power) if power.exists() else None,
-        ranges=pl.read_parquet(ranges) if ranges.exists() else None,
-    )
+    fields: dict[str, Any] = {
+        field: read(folder / name) for name, field, read in saved if (folder / name).exists()
+    }
+    # a folder whose activity file is gone has none (said by the commands that need it)
+    fields.setdefault("gpu_activity", pl.LazyFrame())
+    return Analysis(**fields)

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import polars as pl
 
-from ..aggregate.kernels_by_phase import DEFAULT_TOP, SCHEMA, kernels_by_phase
+from ..aggregate.kernels_by_phase import SCHEMA, kernels_by_phase
 from ..model import Analysis
-from .atomic import atomic_write
 from .report_units import Section
+from .tables import has_kernel_columns
 
 FILE_NAME = "kernels_by_phase.csv"
 #: phases and kernels per phase the report shows
@@ -24,22 +24,6 @@ REPORT_KERNELS = 5
 #: kernel names longer than this are cut in the report (with "…")
 REPORT_NAME_CHARS = 90
 SECTION_TITLE = "Top kernels per phase (all steps; the phases with the most kernel time)"
-
-
-def has_kernel_columns(analysis: Analysis) -> bool:
-    """Whether the analysis holds its GPU activity (a folder whose activity file is gone does not)."""
-    names = analysis.gpu_activity.collect_schema().names()
-    return all(c in names for c in ("kind", "name", "start_ns", "end_ns", "op_class"))
-
-
-def write_kernels_by_phase(
-    analysis: Analysis, out: str | Path, *, top: int | None = DEFAULT_TOP
-) -> list[Path]:
-    """Write ``OUT/kernels_by_phase.csv`` (nothing without the GPU activity)."""
-    if not has_kernel_columns(analysis):
-        return []
-    table = kernels_by_phase(analysis.gpu_activity, analysis.phases, top=top)
-    return [atomic_write(Path(out) / FILE_NAME, table.write_csv)]
 
 
 def kernel_sections(analysis: Analysis, folder: str | Path | None) -> list[Section]:

@@ -29,13 +29,13 @@ from matplotlib.patches import Patch
 
 from ..aggregate.step_stack import (
     check_detail_steps,  # noqa: F401 (the CLI's import)
-    driver_phases,
     resolve_detail_steps,
     step_windows,
 )
 from ..frames import int_value
 from ..model import WINDOW
 from ..normalize.devices import device_label
+from ..phase_paths import driver_phases
 from .figures import phase_hex, save_figure
 
 #: both power figures' canvas (inches), whatever the number of steps and GPUs

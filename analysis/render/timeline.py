@@ -23,6 +23,7 @@ from typing import Any, Final
 import numpy as np
 import polars as pl
 
+from ..intervals import opens_block, overlaps_earlier, past_reach, reach
 from ..model import WINDOW, Analysis
 from .atomic import atomic_write
 from .timeline_ranges import nest_lanes, timeline_ranges
@@ -100,10 +101,9 @@ class Timeline:
 
 def _with_gaps(spans: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
     """Sorted by ``keys`` and start; ``gap``: ns since the furthest end before, in its group."""
-    prev_end = pl.col("end_ns").cum_max().shift(1).over(keys)
     return (
         spans.sort([*keys, "start_ns", "end_ns"])
-        .with_columns(prev_end.alias("prev_end"))
+        .with_columns(reach(keys).alias("prev_end"))
         .with_columns((pl.col("start_ns") - pl.col("prev_end")).alias("gap"))
     )
 
@@ -114,11 +114,12 @@ def merge_blocks(spans: pl.DataFrame, gap_ns: int, keys: Sequence[str] = STREAM)
     Columns ``keys, start_ns, end_ns, n_ops, busy_ns`` (the union of its operations, the
     block's length when ``gap_ns`` is 0).
     """
-    new_block = pl.col("gap").is_null() | (pl.col("gap") >= gap_ns)
-    covered = pl.col("end_ns") - pl.max_horizontal("start_ns", "prev_end")  # nulls skipped
+    new_block = opens_block(pl.col("prev_end"), gap_ns)
     return (
         _with_gaps(spans, keys)
-        .with_columns(new_block.cum_sum().alias("block"), covered.clip(0).alias("busy_ns"))
+        .with_columns(
+            new_block.cum_sum().alias("block"), past_reach(pl.col("prev_end")).alias("busy_ns")
+        )
         .group_by("block", maintain_order=True)
         .agg(
             *(pl.col(k).first() for k in keys),
@@ -224,7 +225,7 @@ def _assign_tracks(rows: pl.DataFrame, keys: list[str]) -> tuple[pl.DataFrame, l
     """
     by = [*keys, "start_ns", "end_ns", "order"]
     rows = rows.sort(by, descending=[*(False for _ in keys), False, True, False])
-    overlap = pl.col("start_ns") < pl.col("end_ns").cum_max().shift(1).over(keys)
+    overlap = overlaps_earlier(keys)
     lanes = [0] * rows.height
     if rows.height and rows.select(overlap.any()).item():
         lanes = []

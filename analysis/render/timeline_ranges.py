@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import polars as pl
 
+from ..intervals import overlaps_earlier
 from ..model import Analysis
 
 #: the args group with the range's own interval, and the one with its phase-table row's totals
@@ -126,8 +127,7 @@ def _args(ranges: pl.DataFrame, phases: pl.DataFrame) -> pl.DataFrame:
 def _lanes(ranges: pl.DataFrame) -> pl.Series:
     """Per thread (``pid_v, tid``, sorted by start then longest first), each range's lane."""
     keys = ["pid_v", "tid"]
-    inside = pl.col("start_ns") < pl.col("end_ns").cum_max().shift(1).over(keys)
-    if not ranges.height or not ranges.select(inside.any()).item():
+    if not ranges.height or not ranges.select(overlaps_earlier(keys).any()).item():
         return pl.Series("lane", [0] * ranges.height, dtype=pl.Int64)  # all disjoint
     lanes: list[int] = []
     for part in ranges.partition_by(keys, maintain_order=True):

@@ -1,12 +1,17 @@
-"""Which SQLite exports a command analyzes: files and folders, ``.nsys-rep`` reports exported.
+"""Which exports a command analyzes: files and folders, reports (``.nsys-rep``, ``.qdrep``) exported.
 
-- a ``.sqlite`` file is taken as it is (the reader checks it);
-- a ``.nsys-rep`` report is exported with ``nsys export --type sqlite`` to the ``.sqlite`` beside
-  it, unless that file is already there and at least as new as the report (then it is reused);
-  when the report's folder is not writable, the export goes to a cache folder instead
-  (:func:`export_cache_dir`), and the caller is told so;
-- a folder stands for the ``*.sqlite`` and ``*.nsys-rep`` files directly inside it, one per
-  report: ``X.nsys-rep`` and ``X.sqlite`` together count once.
+- a ``.sqlite`` file is taken as it is (the reader checks it), and so is a parquetdir folder
+  (``nsys export --type parquetdir``: one ``TABLE.parquet`` per table, see
+  :mod:`analysis.read.parquetdir`);
+- a report, ``X.nsys-rep`` or ``X.qdrep`` (the name nsys gave reports before 2021.2; the same
+  container, which current nsys exports alike), is exported to ``X.sqlite`` beside it, or to the
+  folder ``X.parquetdir`` when the installed nsys can write parquetdir (2024.6+), unless such an
+  export is already there and at least as new as the report (then it is reused);
+  ``$NVTX_PHASES_EXPORT_TYPE`` (``sqlite`` or ``parquetdir``) chooses instead. When the report's
+  folder is not writable, the export goes to a cache folder (:func:`export_cache_dir`), and the
+  caller is told so;
+- a folder stands for the exports and reports directly inside it, one per report: ``X.nsys-rep``
+  with ``X.sqlite`` or ``X.parquetdir`` counts once.
 
 Every export is bounded by a timeout. Without nsys, the error names the exact command to run.
 """
@@ -21,9 +26,14 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..errors import InputError, OutputError
+from ..read.parquetdir import PARQUETDIR_SUFFIXES, export_stem, is_parquetdir
 
 #: the extension of an Nsight Systems report
 REPORT_SUFFIX = ".nsys-rep"
+#: every report extension: ``.qdrep`` is what nsys called the same container before 2021.2
+REPORT_SUFFIXES = (REPORT_SUFFIX, ".qdrep")
+#: environment variable choosing the export type of reports (``sqlite`` or ``parquetdir``)
+EXPORT_TYPE_ENV = "NVTX_PHASES_EXPORT_TYPE"
 #: seconds an ``nsys export`` may take (a multi-GB report of a long run takes minutes)
 EXPORT_TIMEOUT_S = 1800.0
 #: environment variable naming the folder for exports of reports in unwritable folders
@@ -39,9 +49,9 @@ def resolve_trace_inputs(
     nsys: str | None = None,
     timeout_s: float = EXPORT_TIMEOUT_S,
 ) -> list[Path]:
-    """The SQLite exports that ``paths`` (files and folders, as given) stand for.
+    """The exports (SQLite files, parquetdir folders) that ``paths`` (as given) stand for.
 
-    ``.nsys-rep`` reports are exported (or their fresh export reused); a file given twice, or
+    Reports are exported (or their fresh export reused); a file given twice, or
     both directly and through its folder or its report, counts once. ``notify`` receives one
     line per export made. Raises :class:`~analysis.errors.AnalysisError` (a folder without
     exports or reports, a missing report) or :class:`~nvtx_phases.nsys.NsysError` (no nsys, a
@@ -58,76 +68,92 @@ def resolve_trace_inputs(
             resolved.append(path)
 
     for path in map(Path, paths):
-        if path.is_dir():
+        if is_parquetdir(path):
+            add(path)
+        elif path.is_dir():
             found = folder_inputs(path)
             if not found:
+                # the wording tests and users know; parquetdirs and .qdrep reports count too
                 raise InputError(
                     f"{path}: folder holds no *.sqlite export and no *{REPORT_SUFFIX} report"
                 )
             for item in found:
-                add(sqlite_for(item, notify=say, nsys=nsys, timeout_s=timeout_s))
+                add(export_for(item, notify=say, nsys=nsys, timeout_s=timeout_s))
         else:
-            add(sqlite_for(path, notify=say, nsys=nsys, timeout_s=timeout_s))
+            add(export_for(path, notify=say, nsys=nsys, timeout_s=timeout_s))
     return resolved
+
+
+def report_stem(path: Path) -> str | None:
+    """The report name of ``path`` (``X`` of ``X.nsys-rep``, ``X.qdrep``); None: not a report."""
+    for suffix in REPORT_SUFFIXES:
+        if path.name.endswith(suffix) and len(path.name) > len(suffix):
+            return path.name[: -len(suffix)]
+    return None
 
 
 def folder_inputs(folder: Path) -> list[Path]:
     """The exports and reports directly inside ``folder``, one per report, sorted by name.
 
-    ``X.nsys-rep`` stands for itself and its ``X.sqlite``; hidden files (an export in progress
-    is written under a hidden temporary name) are left out.
+    ``X.nsys-rep`` (or ``X.qdrep``) stands for itself and its ``X.sqlite`` or parquetdir
+    ``X.parquetdir`` / ``X_pqtdir``; of two exports of one name without their report, the
+    SQLite file is read. Hidden entries (an export in progress is written under a hidden
+    temporary name) are left out.
     """
-    by_stem: dict[str, Path] = {}
-    for path in folder.iterdir():
-        if path.name.startswith(".") or not path.is_file():
+    rank: dict[str, tuple[int, Path]] = {}  # stem → (priority, path); lower wins
+    for path in sorted(folder.iterdir()):
+        if path.name.startswith("."):
             continue
-        if path.name.endswith(REPORT_SUFFIX):
-            by_stem[path.name[: -len(REPORT_SUFFIX)]] = path  # the report wins over its export
-        elif path.suffix == ".sqlite":
-            by_stem.setdefault(path.name[: -len(".sqlite")], path)
-    return [by_stem[stem] for stem in sorted(by_stem)]
+        stem = report_stem(path)
+        if stem is not None and path.is_file():
+            # the report wins over its exports; .nsys-rep over a .qdrep of the same name
+            found = (0 if path.name.endswith(REPORT_SUFFIX) else 1, path)
+        elif path.suffix == ".sqlite" and path.is_file():
+            stem, found = path.name[: -len(".sqlite")], (2, path)
+        elif is_parquetdir(path):
+            stem, found = export_stem(path), (3, path)
+        else:
+            continue
+        if stem not in rank or found[0] < rank[stem][0]:
+            rank[stem] = found
+    return [rank[stem][1] for stem in sorted(rank)]
 
 
-def sqlite_for(
+def export_for(
     path: Path,
     *,
     notify: Notify | None = None,
     nsys: str | None = None,
     timeout_s: float = EXPORT_TIMEOUT_S,
 ) -> Path:
-    """``path`` itself, or for a ``.nsys-rep`` report its SQLite export (see the module doc)."""
-    if not path.name.endswith(REPORT_SUFFIX):
+    """``path`` itself, or for a report its export (see the module doc)."""
+    stem = report_stem(path)
+    if stem is None:
         return path
     if not path.is_file():
         raise InputError(f"{path}: no such file")
-    beside = path.with_name(path.name[: -len(REPORT_SUFFIX)] + ".sqlite")
-    if _fresh(beside, path):
+    beside = _fresh_export(path.parent, stem, path)
+    if beside is not None:
         return beside
-    if _writable(path.parent):
-        target, cached = beside, False
-    else:
-        target, cached = export_cache_dir() / _cache_key(path) / beside.name, True
-        if _fresh(target, path):
+    writable = _writable(path.parent)
+    folder = path.parent if writable else export_cache_dir() / _cache_key(path)
+    if not writable:
+        cached = _fresh_export(folder, stem, path)
+        if cached is not None:
             if notify:
                 notify(
-                    f"{path.parent} is not writable: using {target}, exported earlier"
+                    f"{path.parent} is not writable: using {cached}, exported earlier"
                     + _power_hint(path)
                 )
-            return target
-    from nvtx_phases.nsys import NsysError, export_sqlite, locate_nsys  # stdlib only
+            return cached
+    from nvtx_phases.nsys import export_parquetdir, export_sqlite, locate_nsys  # stdlib only
 
     executable = locate_nsys(nsys)
     if executable is None:
-        command = shlex.join(
-            ["nsys", "export", "--type", "sqlite"]
-            + (["--force-overwrite", "true"] if beside.exists() else [])
-            + ["--output", str(beside), str(path)]
-        )
-        raise NsysError(
-            f"{path}: a report needs an SQLite export and nsys is not on PATH (nor in $NSYS): "
-            f"run `{command}` where nsys is installed, then analyze {beside.name}"
-        )
-    if cached:
+        raise _no_nsys(path, stem)
+    kind = _export_type(executable)
+    target = folder / (f"{stem}.parquetdir" if kind == "parquetdir" else f"{stem}.sqlite")
+    if not writable:
         target.parent.mkdir(parents=True, exist_ok=True)
         if notify:
             notify(
@@ -135,11 +161,60 @@ def sqlite_for(
                 + _power_hint(path)
             )
     elif notify:
-        notify(f"exporting {path} to {target} (nsys export)")
+        how = "nsys export" + (" --type parquetdir" if kind == "parquetdir" else "")
+        notify(f"exporting {path} to {target} ({how})")
     log = target.with_name(f".{target.name}.export.log")
-    exported = export_sqlite(executable, path, target=target, log=log, timeout_s=timeout_s)
+    if kind == "parquetdir":
+        exported = export_parquetdir(executable, path, target=target, log=log, timeout_s=timeout_s)
+    else:
+        exported = export_sqlite(executable, path, target=target, log=log, timeout_s=timeout_s)
     log.unlink(missing_ok=True)  # kept when the export failed: the error names it
     return exported
+
+
+#: the old name of :func:`export_for`, from when reports were only exported to SQLite
+sqlite_for = export_for
+
+
+def _no_nsys(report: Path, stem: str) -> Exception:
+    """The one-line error for a report without nsys: the export command to run elsewhere."""
+    from nvtx_phases.nsys import NsysError
+
+    beside = report.with_name(f"{stem}.sqlite")
+    command = shlex.join(
+        ["nsys", "export", "--type", "sqlite"]
+        + (["--force-overwrite", "true"] if beside.exists() else [])
+        + ["--output", str(beside), str(report)]
+    )
+    return NsysError(
+        f"{report}: a report needs an SQLite export and nsys is not on PATH (nor in $NSYS): "
+        f"run `{command}` where nsys is installed, then analyze {beside.name}"
+    )
+
+
+def _export_type(nsys: str) -> str:
+    """``parquetdir`` when this nsys writes it (or ``$NVTX_PHASES_EXPORT_TYPE`` says so)."""
+    from nvtx_phases.nsys import export_types
+
+    chosen = os.environ.get(EXPORT_TYPE_ENV, "").strip().lower()
+    if chosen not in ("", "sqlite", "parquetdir"):
+        raise InputError(f"${EXPORT_TYPE_ENV}={chosen}: expected sqlite or parquetdir")
+    if chosen == "sqlite":
+        return "sqlite"
+    if "parquetdir" in export_types(nsys):
+        return "parquetdir"
+    if chosen == "parquetdir":
+        raise InputError(
+            f"${EXPORT_TYPE_ENV}=parquetdir: {nsys} cannot export parquetdir (nsys 2024.6+ can)"
+        )
+    return "sqlite"
+
+
+def _fresh_export(folder: Path, stem: str, report: Path) -> Path | None:
+    """An export of ``report`` in ``folder`` at least as new as it (SQLite first), or None."""
+    candidates = [folder / f"{stem}.sqlite"]
+    candidates += [folder / f"{stem}{suffix}" for suffix in PARQUETDIR_SUFFIXES]
+    return next((c for c in candidates if _fresh(c, report)), None)
 
 
 def export_cache_dir() -> Path:
@@ -173,7 +248,7 @@ def _power_hint(report: Path) -> str:
 
     Those are looked for beside the export, so they need ``--power`` then.
     """
-    stem = report.name[: -len(REPORT_SUFFIX)]
+    stem = report_stem(report) or report.stem
     beside = [report.with_name(f"{stem}.power.parquet"), *report.parent.glob("power_*.parquet")]
     found = sorted(str(p) for p in beside if p.is_file())
     return f" (power samples beside it need --power {' '.join(found)})" if found else ""
@@ -191,7 +266,8 @@ def _fresh(export: Path, report: Path) -> bool:
     the same second as its report the same time.
     """
     try:
-        return export.is_file() and export.stat().st_mtime_ns >= report.stat().st_mtime_ns
+        complete = export.is_file() or is_parquetdir(export)
+        return complete and export.stat().st_mtime_ns >= report.stat().st_mtime_ns
     except OSError:
         return False
 

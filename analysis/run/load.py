@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import polars as pl
 
@@ -35,13 +35,13 @@ from ..normalize.events import (
     strings_of,
 )
 from ..normalize.launches import CallIndex
+from ..options import DEFAULT_CHUNK_OPS, Engine
 from ..read import specs as T
 from ..read.export import Export, RawTrace, read_export
 from ..read.prefetch import Prefetched, in_threads
-from .spill import BATCH_ROWS, DEFAULT_CHUNK_OPS, OpsStore, collect_ops
+from .spill import BATCH_ROWS, OpsStore, collect_ops
 
 #: how files are read: one after another, in a process pool, or as Ray tasks
-Engine = Literal["serial", "process", "ray"]
 
 #: the columns of :attr:`LoadedTrace.thread_names`
 THREAD_NAMES: dict[str, PolarsDataType] = {

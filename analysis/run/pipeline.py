@@ -13,21 +13,24 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 from ..attribute.buckets import Attributed, Bucket, attribute_buckets
-from ..attribute.phase_map import PhaseMap, default_phase_map
 from ..energy.samples import PowerData, align, load_samples
 from ..errors import NothingToAnalyze, OutputError
 from ..frames import concat_or_empty
 from ..model import Analysis, GpuDevice, RunSummary, TraceInfo
 from ..normalize.events import MARKS_SCHEMA, NO_RANGES_HINT, RANGES_SCHEMA
 from ..normalize.launches import duplicate_warning, orphan_warning
+from ..options import AnalyzeOptions, options_from
+from ..step_spec import parse_steps
 from .clocks import check_combinable, clock_offsets
-from .load import Engine, LoadedTrace, load_all, shifted
-from .provenance import analyze_options, finished, started
-from .spill import DEFAULT_CHUNK_OPS
+from .inputs import resolve_trace_inputs
+from .load import LoadedTrace, load_all, shifted
+from .metrics import with_gpu_metrics
+from .provenance import finished, started
 
 __all__ = ["analyze", "bucket_edges", "find_power_files"]
 
@@ -50,66 +53,38 @@ def find_power_files(paths: Sequence[Path]) -> list[Path]:
 
 
 def analyze(
-    paths: Sequence[str | Path],
+    paths: str | Path | Sequence[str | Path],
+    options: AnalyzeOptions | None = None,
     *,
-    phase_map: PhaseMap | None = None,
-    power_files: Sequence[str | Path] | None = None,
-    idle_power_w: float | None = None,
     progress: Callable[[str], None] | None = None,
-    jobs: int = 1,
-    engine: Engine = "process",
     on_file_done: Callable[[str], None] | None = None,
-    chunk_ops: int = DEFAULT_CHUNK_OPS,
-    spill_dir: str | Path | None = None,
-    force_combine: bool = False,
+    **changes: Any,
 ) -> Analysis:
-    """Analyze one run given as one or more nsys SQLite exports (one per process or node).
+    """Analyze one run: its nsys exports (one per process or node), as the CLI takes them.
 
-    ``power_files``: NVML sampler Parquet files; by default those found beside the traces
-    (:func:`find_power_files`); pass ``[]`` for none. ``jobs``/``engine``: read files in a
-    process pool or as Ray tasks (:mod:`analysis.run.load`); the result does not depend on them.
-    ``chunk_ops``: most GPU operations held in memory at once; bigger runs are spilled to
-    Parquet in ``spill_dir`` (default: a temporary folder) and attributed one time bucket at
-    a time, with the same result. Files that are not one run (capture windows apart, or the
-    same process in two files) are refused unless ``force_combine``
-    (:func:`analysis.run.clocks.check_combinable`).
+    ``paths``: SQLite exports, ``.nsys-rep`` reports (exported first, the export cached) and
+    folders of them, as a path or a list. ``options`` (:class:`~analysis.options.AnalyzeOptions`)
+    or keywords naming its fields (``analyze(paths, jobs=4, steps="2-")``; with both, the
+    keywords change ``options``); an unknown name is an ``InputError``. ``progress``: called
+    with a line per stage; ``on_file_done``: with each export's name when it is read.
+    Files that are not one run (capture windows apart, or the same process in two files) are
+    refused unless ``force_combine`` (:func:`analysis.run.clocks.check_combinable`).
     """
-    phase_map = phase_map or default_phase_map()
-    files = [Path(p) for p in paths]
-    provenance = started(
-        files,
-        analyze_options(
-            phase_map=phase_map,
-            power_files=power_files,
-            idle_power_w=idle_power_w,
-            jobs=jobs,
-            engine=engine,
-            chunk_ops=chunk_ops,
-            spill_dir=spill_dir,
-            force_combine=force_combine,
-        ),
-    )
+    opts = options_from(options, changes)
+    if isinstance(paths, str | Path):
+        paths = [paths]
+    files = resolve_trace_inputs([Path(p) for p in paths], notify=progress)
+    provenance = started(files, opts)
     try:
-        work = Path(tempfile.mkdtemp(prefix="nvtx-phases-", dir=spill_dir))
+        work = Path(tempfile.mkdtemp(prefix="nvtx-phases-", dir=opts.spill_dir))
     except OSError as exc:
         raise OutputError(
-            f"spill folder {spill_dir or tempfile.gettempdir()}: cannot make a work folder "
+            f"spill folder {opts.spill_dir or tempfile.gettempdir()}: cannot make a work folder "
             f"there ({exc.strerror or exc}); pass --spill-dir with a writable folder"
         ) from None
     try:
-        result = _analyze(
-            files,
-            work,
-            phase_map=phase_map,
-            power_files=power_files,
-            idle_power_w=idle_power_w,
-            progress=progress,
-            jobs=jobs,
-            engine=engine,
-            on_file_done=on_file_done,
-            chunk_ops=chunk_ops,
-            force_combine=force_combine,
-        )
+        result = _analyze(files, work, opts, progress=progress, on_file_done=on_file_done)
+        result = with_gpu_metrics(result, progress or (lambda _message: None))
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
@@ -118,22 +93,21 @@ def analyze(
     shutil.rmtree(work / "ops", ignore_errors=True)
     if result.workdir is None:
         shutil.rmtree(work, ignore_errors=True)
-    return finished(result, provenance)
+    result = finished(result, provenance, opts)
+    if opts.steps:
+        from .select import select_run
+
+        result = select_run(result, parse_steps(opts.steps))
+    return result
 
 
 def _analyze(
     paths: list[Path],
     work: Path,
+    opts: AnalyzeOptions,
     *,
-    phase_map: PhaseMap,
-    power_files: Sequence[str | Path] | None,
-    idle_power_w: float | None,
     progress: Callable[[str], None] | None,
-    jobs: int,
-    engine: Engine,
     on_file_done: Callable[[str], None] | None,
-    chunk_ops: int,
-    force_combine: bool,
 ) -> Analysis:
     say = progress or (lambda _message: None)
     say(f"reading {len(paths)} export(s)")
@@ -141,15 +115,15 @@ def _analyze(
     loaded = load_all(
         paths,
         _unique_labels(paths),
-        jobs=jobs,
-        engine=engine,
+        jobs=opts.jobs,
+        engine=opts.engine,
         on_done=on_file_done,
-        chunk_ops=chunk_ops,
+        chunk_ops=opts.chunk_ops,
         spill_dir=work / "ops",
     )
     _refuse_empty(loaded)
     offsets, warnings = clock_offsets(loaded)
-    warnings += check_combinable(loaded, force=force_combine)
+    warnings += check_combinable(loaded, force=opts.force_combine)
     warnings += [w for trace in loaded for w in trace.warnings]
     ranges = concat_or_empty(
         [shifted(t.ranges, offsets[t.label], ("start_ns", "end_ns")) for t in loaded],
@@ -159,7 +133,9 @@ def _analyze(
         [shifted(t.marks, offsets[t.label], ("ts_ns",)) for t in loaded], MARKS_SCHEMA
     )
     power_paths = (
-        [Path(p) for p in power_files] if power_files is not None else find_power_files(paths)
+        [Path(p) for p in opts.power_files]
+        if opts.power_files is not None
+        else find_power_files(paths)
     )
     power = _aligned_power(power_paths, marks, loaded, say) if power_paths else None
     if power is not None:
@@ -167,7 +143,7 @@ def _analyze(
     edges = bucket_edges(
         [t.ops.start_sample + offsets[t.label] for t in loaded],
         sum(t.ops.n_ops for t in loaded),
-        chunk_ops,
+        opts.chunk_ops,
     )
     activity_dir = work / "activity" if len(edges) > 1 else None
     # each file's capture end on the run's clock: where nsys closes ranges still open
@@ -177,9 +153,9 @@ def _analyze(
         pl.concat([t.ops.launch_threads for t in loaded]).unique(),
         sorted({d for t in loaded for d in t.ops.devices}),
         _buckets(loaded, offsets, edges, say),
-        phase_map,
+        opts.resolved_phase_map,
         power=power,
-        idle_power_w=idle_power_w,
+        idle_power_w=opts.idle_power_w,
         launch_warnings=_launch_warnings(loaded),
         activity_dir=activity_dir,
         thread_names=pl.concat([t.thread_names for t in loaded]),

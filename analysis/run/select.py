@@ -7,7 +7,8 @@ from 1; ``step`` ranges without a payload are numbered from 0): labels, not posi
 inclusive ranges. ``2:3`` is steps 2 and 3; ``2:`` skips a warm-up step 1; ``1,3,7`` three steps.
 
 :func:`select_steps` keeps, exactly as the whole run's analysis has them, the phase rows and
-per-GPU phase rows of the selected steps, their ``steps`` rows and the GPU operations whose step
+per-GPU phase rows, ranges and GPU metrics rows of the selected steps, their ``steps`` rows and
+the GPU operations whose step
 (``window_step``: the step of the window phase at the operation's start, else the step window
 containing its start) is selected. From those operations it recounts the kernel table and the
 summary's GPU totals: whole operations, each with the phase at its start (``window_path``;
@@ -101,6 +102,9 @@ def select_steps(analysis: Analysis, spec: str | StepSpec) -> Analysis:
         ranges=None
         if analysis.ranges is None
         else analysis.ranges.filter(pl.col("step").is_in(chosen).fill_null(False)),
+        gpu_metrics=None
+        if analysis.gpu_metrics is None
+        else analysis.gpu_metrics.filter(pl.col("step").is_in(chosen).fill_null(False)),
         gpu_activity=activity,
         kernels=_kernels(activity, analysis.kernels),
         steps=steps,

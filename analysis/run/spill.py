@@ -20,12 +20,12 @@ from ..errors import OutputError
 from ..frames import PolarsDataType
 from ..normalize.events import OPS_SCHEMA
 from ..normalize.launches import CALL_COLUMNS, CallIndex
+from ..options import DEFAULT_CHUNK_OPS
 
 #: Rows per batch read from SQLite.
 BATCH_ROWS = 131_072
-#: Default most operations held in memory at once (per trace while reading; per bucket after).
-DEFAULT_CHUNK_OPS = 2_000_000
-#: One start time in this many is kept to place bucket edges.
+#: (DEFAULT_CHUNK_OPS, in analysis.options: most operations held in memory at once, per trace
+#: while reading and per bucket after.) One start time in this many is kept to place bucket edges.
 SAMPLE_EVERY = 256
 
 STORE_SCHEMA: dict[str, PolarsDataType] = {**OPS_SCHEMA, **CALL_COLUMNS, "op_local": pl.Int64}

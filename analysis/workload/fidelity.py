@@ -30,8 +30,11 @@ from typing import cast
 
 import polars as pl
 
+from nvtx_phases.naming import PATH_SEP, STEP
+
 from ..errors import InputError, WorkloadInputError
 from ..model import WINDOW, Analysis
+from ..phase_paths import is_step_phase
 from ..render.report_units import duration, fixed
 
 MIN_SCORED_S = 0.001
@@ -110,9 +113,9 @@ def stage_times(analysis: Analysis) -> pl.DataFrame:
     """Per step and stage: the trace's wall time of the driver phase (s)."""
     rows = analysis.phases.filter(pl.col("step").is_not_null() & (pl.col("attribution") == WINDOW))
     stage = (
-        pl.when(pl.col("path") == "step")
-        .then(pl.lit("step"))
-        .otherwise(pl.col("path").str.strip_prefix("step/"))
+        pl.when(pl.col("path") == STEP)
+        .then(pl.lit(STEP))
+        .otherwise(pl.col("path").str.strip_prefix(STEP + PATH_SEP))
     )
     ends = pl.DataFrame(
         [(t.label, t.capture_end_ns) for t in analysis.summary.traces],
@@ -120,7 +123,7 @@ def stage_times(analysis: Analysis) -> pl.DataFrame:
         orient="row",
     )
     return (
-        rows.filter((pl.col("path") == "step") | (pl.col("path").str.count_matches("/") == 1))
+        rows.filter((pl.col("path") == STEP) | is_step_phase())
         .with_columns(stage.alias("stage"))
         .join(ends, on="trace", how="left")
         .group_by("step", "stage")
