@@ -270,7 +270,7 @@ def test_sample_run_writes_power_envelope_csv(tmp_path):
 
 
 def test_union_of_sorted_is_numpys_unique_of_the_concatenation():
-    from nvtx_phases.analysis.energy.envelope import _union_of_sorted
+    from nvtx_phases.analysis.intervals import merged_instants as _union_of_sorted
 
     a = np.array([1, 3, 5, 7, 9], dtype=np.int64)
     b = np.array([2, 3, 4, 9, 11], dtype=np.int64)

@@ -1,5 +1,5 @@
 import polars as pl
-from nvtx_phases.analysis.attribute.intervals import segment_index, split_at_segments, union_length
+from nvtx_phases.analysis.intervals import segment_index, split_at_segments, union_length
 from polars.testing import assert_frame_equal
 
 

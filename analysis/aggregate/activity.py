@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..intervals import window_at
+
 
 def gpu_activity(
     ops: pl.DataFrame,
@@ -47,20 +49,9 @@ def gpu_activity(
         .join(owners, on="op_id", how="left")
     )
     if steps.height:
-        # the step window containing each start: a binary search over the (few, sorted) steps
-        # instead of sorting a million operations for an as-of join
-        windows = steps.sort("step_start_ns")
-        index = (
-            windows["step_start_ns"]
-            .search_sorted(activity["start_ns"], side="right")
-            .cast(pl.Int64)
-            - 1
-        )
-        safe = index.clip(lower_bound=0)
-        inside = (index >= 0) & (activity["start_ns"] < windows["step_end_ns"].gather(safe))
-        activity = activity.with_columns(
-            pl.when(pl.lit(inside)).then(pl.lit(windows["step"].gather(safe))).alias("step")
-        )
+        # the step window containing each start (the same rule as the ranges' steps)
+        windows = steps.sort("step_start_ns", "step")
+        activity = activity.with_columns(window_at(windows, activity["start_ns"]).alias("step"))
     else:
         activity = activity.with_columns(pl.lit(None, dtype=pl.Int64).alias("step"))
     return activity.select(

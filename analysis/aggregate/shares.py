@@ -28,6 +28,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..model import CUT
+from ..phase_paths import is_step_phase
 
 #: the quantiles of :func:`share_over_steps`: p10, median, p90
 SHARE_QUANTILES = (0.1, 0.5, 0.9)
@@ -48,9 +49,7 @@ _SCHEMA = {
 
 def inside_step(phases: pl.DataFrame) -> pl.DataFrame:
     """The rows of a step's phases: ``step/X`` rows, else top-level non-``step`` rows (with a step)."""
-    inside = phases.filter(
-        pl.col("path").str.starts_with("step/") & (pl.col("path").str.count_matches("/") == 1)
-    )
+    inside = phases.filter(is_step_phase())
     if inside.is_empty():
         inside = phases.filter((pl.col("level") == 0) & (pl.col("canonical") != "step"))
     return inside.filter(pl.col("step").is_not_null())

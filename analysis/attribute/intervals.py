@@ -1,7 +1,7 @@
 """Busy time (a union of intervals) carried across time buckets: :class:`BusyAccumulator`.
 
 The interval rules themselves (the sweep, union length, segments) live in
-:mod:`analysis.intervals`; the ones this stage's modules import from here are re-exported.
+:mod:`analysis.intervals`.
 """
 
 from __future__ import annotations
@@ -11,16 +11,7 @@ from collections.abc import Mapping, Sequence
 import polars as pl
 
 from ..frames import PolarsDataType
-from ..intervals import segment_boundaries, segment_index, split_at_segments, union_length
-
-# re-exported: attribute/process.py and tests/test_intervals.py import them from here
-__all__ = [
-    "BusyAccumulator",
-    "segment_boundaries",
-    "segment_index",
-    "split_at_segments",
-    "union_length",
-]
+from ..intervals import union_length
 
 
 class BusyAccumulator:

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from ..frames import PolarsDataType
-from .intervals import BusyAccumulator, segment_boundaries, split_at_segments
+from ..intervals import segment_boundaries, split_at_segments
+from .intervals import BusyAccumulator
 from .operations import range_segments
 
 PROCESS = ["trace", "pid"]

@@ -68,8 +68,10 @@ Power = Annotated[
     list[Path] | None,
     typer.Option(
         "--power",
-        help="NVML power samples (Parquet); default: <trace>.power.parquet and "
-        "power_*.parquet beside the traces.",
+        help="Power samples: the NVML sampler's Parquet, or a log of nvidia-smi --query-gpu "
+        "(CSV), dcgmi dmon (lines stamped with a time) or Zeus PowerMonitor (CSV); options after "
+        "the name: 'smi.csv,tz=UTC' (also host=, gpus=0+1, columns=, format=). Default: "
+        "<trace>.power.parquet and power_*.parquet beside the traces.",
     ),
 ]
 NoPower = Annotated[bool, typer.Option("--no-power", help="Ignore power samples.")]

@@ -165,10 +165,6 @@ def device_series(samples: pl.DataFrame) -> dict[str, Series]:
     return series
 
 
-#: kept under its former name for tests/test_envelope.py
-_union_of_sorted = merged_instants
-
-
 def node_series(gpus: list[Series]) -> Series | None:
     """The sum of ``gpus``' power on the union of their instants, where all have readings."""
     start = max(int(s.t[0]) for s in gpus)

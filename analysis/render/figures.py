@@ -25,6 +25,7 @@ from ..aggregate.shares import share_over_steps, step_shares
 from ..aggregate.step_stack import OTHER, phase_totals, step_stack
 from ..frames import int_value
 from ..normalize.devices import device_label
+from ..phase_paths import is_step_phase
 from .atomic import atomic_write
 
 # Same inputs, same bytes: fixed SVG ids and no creation date, so outputs can be diffed.
@@ -295,11 +296,7 @@ def energy_per_device(phase_devices: pl.DataFrame, order: list[str] | None = Non
     beyond, ``phase, path, n_gpus, energy_{p10,median,p90}_j`` over the GPUs. Phases in
     ``order`` (paths), others after by name.
     """
-    data = phase_devices.filter(
-        pl.col("path").str.starts_with("step/")
-        & (pl.col("path").str.count_matches("/") == 1)
-        & pl.col("energy_j").is_not_null()
-    )
+    data = phase_devices.filter(is_step_phase() & pl.col("energy_j").is_not_null())
     per = data.group_by("path", "device").agg(pl.col("energy_j").sum())
     present = sorted(set(per["path"].to_list()))
     ranked = [p for p in (order or []) if p in present]

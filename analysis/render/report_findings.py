@@ -17,6 +17,7 @@ import polars as pl
 from ..aggregate.shares import inside_step, is_cut, share_over_steps, step_shares
 from ..aggregate.steps import cut_note
 from ..model import PROJECTION, WINDOW, Analysis
+from ..phase_paths import is_step_phase
 from .report_units import fixed
 
 
@@ -76,9 +77,7 @@ def top_phases(summary: pl.DataFrame) -> tuple[pl.DataFrame, dict | None]:
     """The phases directly inside ``step`` (else top-level phases) and the ``step`` row."""
     window = summary.filter(pl.col("attribution") == WINDOW)
     step = window.filter(pl.col("path") == "step")
-    inside = window.filter(
-        pl.col("path").str.starts_with("step/") & (pl.col("path").str.count_matches("/") == 1)
-    )
+    inside = window.filter(is_step_phase())
     if inside.is_empty():
         inside = summary.filter(~pl.col("path").str.contains("/") & (pl.col("path") != "step"))
     return inside, (step.row(0, named=True) if step.height else None)
