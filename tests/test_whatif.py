@@ -9,10 +9,13 @@ import polars as pl
 import pytest
 from nvtx_phases.analysis.cli import app
 from nvtx_phases.analysis.errors import WorkloadInputError
-from nvtx_phases.analysis.jobs.whatif import inputs_from_analysis, inputs_from_phase_times
 from nvtx_phases.analysis.render.files import load_analysis
 from nvtx_phases.analysis.workload.lengths import length_stats, read_packed_lengths
 from nvtx_phases.analysis.workload.whatif import WhatIfInputs, run_level, whatif_table
+from nvtx_phases.analysis.workload.whatif_inputs import (
+    inputs_from_analysis,
+    inputs_from_phase_times,
+)
 from nvtx_phases.analysis.workload.whatif_pipeline import dominant_steps
 from nvtxp_testkit import SAMPLES
 from typer.testing import CliRunner
