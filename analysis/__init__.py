@@ -32,13 +32,13 @@ if TYPE_CHECKING:
     )
     from .model import PROJECTION, WINDOW, Analysis, RunSummary
     from .options import AnalyzeOptions
-    from .render.files import load_analysis, write_outputs
+    from .render.outputs.files import load_analysis, write_outputs
     from .run.pipeline import analyze
 
 _EXPORTS = {
     "analyze": ".run.pipeline",
-    "write_outputs": ".render.files",
-    "load_analysis": ".render.files",
+    "write_outputs": ".render.outputs.files",
+    "load_analysis": ".render.outputs.files",
     "Analysis": ".model",
     "AnalyzeOptions": ".options",
     "RunSummary": ".model",

@@ -192,7 +192,7 @@ def test_api_and_cli_write_the_same_tables(tmp_path):
 
 
 def test_every_analysis_field_is_a_registry_table_and_round_trips(tmp_path):
-    from nvtx_phases.analysis.render.tables import TABLES
+    from nvtx_phases.analysis.render.outputs.tables import TABLES
 
     fields = {f.name for f in dataclasses.fields(Analysis)} - {"workdir", "notes"}
     assert fields == {t.field for t in TABLES if t.field}
@@ -207,7 +207,7 @@ def test_every_analysis_field_is_a_registry_table_and_round_trips(tmp_path):
 
 
 def test_steps_select_every_per_step_table():
-    from nvtx_phases.analysis.render.tables import TABLES
+    from nvtx_phases.analysis.render.outputs.tables import TABLES
     from nvtx_phases.analysis.run.select import select_steps
 
     with analyze([SAMPLE]) as run:

@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 from matplotlib.patches import Rectangle
-from nvtx_phases.analysis.render import figures
+from nvtx_phases.analysis.render.figures import phases as figures
 
 from nvtx_phases.naming import phase_color
 

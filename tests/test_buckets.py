@@ -60,7 +60,7 @@ def test_spilled_reads_in_a_process_pool_equal_one_pass(tmp_path):
 
 
 def test_bucketed_activity_is_one_file_copied_whole_or_streamed_when_filtered(tmp_path):
-    from nvtx_phases.analysis.render.files import write_outputs
+    from nvtx_phases.analysis.render.outputs.files import write_outputs
     from nvtx_phases.analysis.run.select import select_steps
     from polars.testing import assert_frame_equal
 

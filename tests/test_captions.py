@@ -6,23 +6,23 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import nvtx_phases.analysis.render.figures as figures
+import nvtx_phases.analysis.render.figures.phases as figures
 import polars as pl
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_hex
 from nvtx_phases.analysis.aggregate.steps import STEP_METRICS
 from nvtx_phases.analysis.cli import app
-from nvtx_phases.analysis.render.captions import (
+from nvtx_phases.analysis.render.figures.captions import (
     FIGURE_CAPTIONS,
     VERL_LOGS_CAPTIONS,
     caption_for,
     compare_caption,
 )
-from nvtx_phases.analysis.render.envelope import power_envelope_figure
-from nvtx_phases.analysis.render.files import _FIGURE_STEMS
-from nvtx_phases.analysis.render.report_html import escape_html
-from nvtx_phases.analysis.render.whatif import whatif_figure
+from nvtx_phases.analysis.render.figures.envelope import power_envelope_figure
+from nvtx_phases.analysis.render.outputs.files import _FIGURE_STEMS
+from nvtx_phases.analysis.render.report.html_page import escape_html
+from nvtx_phases.analysis.render.report.whatif import whatif_figure
 from nvtxp_testkit import SAMPLES
 from PIL import Image
 from typer.testing import CliRunner

@@ -23,9 +23,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 from nvtx_phases.analysis.attribute.buckets import mark_cut
-from nvtx_phases.analysis.render.files import load_analysis
-from nvtx_phases.analysis.render.report import phase_summary
-from nvtx_phases.analysis.render.report_findings import what_stands_out
+from nvtx_phases.analysis.render.outputs.files import load_analysis
+from nvtx_phases.analysis.render.report.document import phase_summary
+from nvtx_phases.analysis.render.report.findings import what_stands_out
 from nvtxp_testkit import REPO, SAMPLES
 from nvtxp_testkit import brute_quantile as quantile
 from nvtxp_testkit import csv_rows as read_rows

@@ -1,11 +1,16 @@
-"""Figures drawn in worker processes (analysis.render.drawing) and by the CLI with them."""
+"""Figures drawn in worker processes (analysis.render.figures.drawing) and by the CLI with them."""
 
 import os
 import time
 
 import pytest
 from nvtx_phases.analysis.cli import app
-from nvtx_phases.analysis.render.drawing import WORKERS_ENV, Drawing, FigureTask, default_workers
+from nvtx_phases.analysis.render.figures.drawing import (
+    WORKERS_ENV,
+    Drawing,
+    FigureTask,
+    default_workers,
+)
 from typer.testing import CliRunner
 
 TASK = "drawing_tasks:write_pid"

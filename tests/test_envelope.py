@@ -28,7 +28,7 @@ from nvtx_phases.analysis.energy.envelope import (
     envelope,
     power_envelope,
 )
-from nvtx_phases.analysis.render.files import MANIFEST
+from nvtx_phases.analysis.render.outputs.files import MANIFEST
 from nvtx_phases.analysis.run.pipeline import analyze
 from nvtx_phases.analysis.synth import SynthConfig, generate
 from nvtx_phases.analysis.synth.config import GRPO_PHASES

@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 import pytest
 from nvtx_phases.analysis.cli import app
-from nvtx_phases.analysis.render.files import MANIFEST
+from nvtx_phases.analysis.render.outputs.files import MANIFEST
 from nvtx_phases.analysis.synth.ray import RayConfig, generate_ray
 from nvtxp_testkit import SAMPLES, shared_trace
 from typer.testing import CliRunner

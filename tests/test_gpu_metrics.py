@@ -22,7 +22,7 @@ from nvtx_phases.analysis.normalize.gpu_metrics import (
     read_run_gpu_metrics,
     split_metric_name,
 )
-from nvtx_phases.analysis.render.tables import BY_NAME
+from nvtx_phases.analysis.render.outputs.tables import BY_NAME
 from nvtx_phases.analysis.synth import SynthConfig, generate
 from nvtx_phases.analysis.synth.config import WORKER_PID0
 from nvtx_phases.analysis.synth.constants import US

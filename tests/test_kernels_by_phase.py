@@ -16,8 +16,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 from nvtx_phases.analysis.aggregate.kernels_by_phase import SCHEMA, kernels_by_phase
-from nvtx_phases.analysis.render.kernels_by_phase import read_kernels_by_phase, top_kernels_section
-from nvtx_phases.analysis.render.report import to_html, to_markdown
+from nvtx_phases.analysis.render.report.document import to_html, to_markdown
+from nvtx_phases.analysis.render.report.kernels import read_kernels_by_phase, top_kernels_section
 from nvtx_phases.analysis.run.pipeline import analyze
 from nvtx_phases.analysis.synth.ray import RayConfig, generate_ray
 from nvtxp_testkit import SAMPLES, find_nsys_or_skip

@@ -9,8 +9,8 @@ from PIL import Image
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from nvtx_phases.analysis.render import length_figures
-from nvtx_phases.analysis.render.length_figures import (
+from nvtx_phases.analysis.render.figures import lengths as length_figures
+from nvtx_phases.analysis.render.figures.lengths import (
     length_cdf,
     length_heatmap,
     straggler_timeline,

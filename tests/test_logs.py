@@ -18,7 +18,7 @@ import pytest
 from nvtx_phases.analysis.cli import app
 from nvtx_phases.analysis.errors import WorkloadInputError
 from nvtx_phases.analysis.jobs import Reporter, logs_to
-from nvtx_phases.analysis.render.verl_logs import share_bars
+from nvtx_phases.analysis.render.report.verl_logs import share_bars
 from nvtx_phases.analysis.workload import verl_logs as wl
 from nvtxp_testkit import brute_quantile
 from polars.testing import assert_frame_equal

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from nvtx_phases.analysis.render.files import MANIFEST, output_folder
+from nvtx_phases.analysis.render.outputs.files import MANIFEST, output_folder
 from nvtxp_testkit import REPO, SAMPLES
 
 GRPO = SAMPLES / "grpo_synthetic.sqlite"  # power in grpo_synthetic.power.parquet beside it

@@ -14,7 +14,7 @@ from nvtx_phases.analysis.aggregate.step_stack import (
 )
 from nvtx_phases.analysis.cli import app
 from nvtx_phases.analysis.errors import InputError
-from nvtx_phases.analysis.render.power_figure import (
+from nvtx_phases.analysis.render.figures.power import (
     detail_figure,
     overview_figure,
     power_timeline,

@@ -9,18 +9,18 @@ import re
 
 import polars as pl
 import pytest
-from nvtx_phases.analysis.render.compare_figures import FIGSIZE
-from nvtx_phases.analysis.render.compare_files import write_comparison
-from nvtx_phases.analysis.render.figures import DPI
-from nvtx_phases.analysis.render.report import (
+from nvtx_phases.analysis.render.figures.compare import FIGSIZE
+from nvtx_phases.analysis.render.figures.phases import DPI
+from nvtx_phases.analysis.render.outputs.compare_files import write_comparison
+from nvtx_phases.analysis.render.report.document import (
     phase_summary,
     report_tables,
     to_html,
     to_markdown,
     write_report,
 )
-from nvtx_phases.analysis.render.report_findings import what_stands_out
-from nvtx_phases.analysis.render.report_units import humanize
+from nvtx_phases.analysis.render.report.findings import what_stands_out
+from nvtx_phases.analysis.render.report.units import humanize
 from nvtx_phases.analysis.render.terminal import phase_rich_tables
 from nvtx_phases.analysis.run.pipeline import analyze
 from nvtx_phases.analysis.workload.compare import compare_runs

@@ -5,7 +5,7 @@ from pathlib import Path
 import polars as pl
 from nvtx_phases.analysis.energy import envelope as envelope_module
 from nvtx_phases.analysis.jobs.run import analyze_to, build_report
-from nvtx_phases.analysis.render.envelope import CSV_NAME
+from nvtx_phases.analysis.render.figures.envelope import CSV_NAME
 from PIL import Image
 
 SAMPLE = "traces_sample/grpo_synthetic.sqlite"

@@ -10,7 +10,7 @@ import pytest
 from nvtx_phases.analysis.cli import app
 from nvtx_phases.analysis.errors import InputError
 from nvtx_phases.analysis.jobs import open_run
-from nvtx_phases.analysis.render.files import write_outputs
+from nvtx_phases.analysis.render.outputs.files import write_outputs
 from nvtx_phases.analysis.run.pipeline import analyze
 from nvtx_phases.analysis.run.select import parse_steps, select_steps, steps_text
 from nvtxp_testkit import SAMPLES

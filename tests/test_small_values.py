@@ -1,6 +1,6 @@
 """Small numbers shown truthfully, and ``logs``' share of step under the one definition.
 
-- :func:`analysis.render.report_units.fixed`: an exact zero prints ``0``; a nonzero value that
+- :func:`analysis.render.report.units.fixed`: an exact zero prints ``0``; a nonzero value that
   would round to zero prints ``<`` the column's smallest step (``<0.001 s``, ``<1%``), never
   ``0``; a percentage that is not 100 never prints ``100``.
 - ``logs`` on a real VeRL 0.9.1 console log: share of step = the median over steps of (phase
@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from nvtx_phases.analysis.cli import app
-from nvtx_phases.analysis.render.report_units import Column, duration, fixed, humanize
+from nvtx_phases.analysis.render.report.units import Column, duration, fixed, humanize
 from nvtxp_testkit import brute_quantile, shared_trace
 from typer.testing import CliRunner
 

@@ -5,7 +5,7 @@ import struct
 import polars as pl
 import pytest
 from nvtx_phases.analysis.aggregate.step_stack import OTHER, step_stack
-from nvtx_phases.analysis.render.figures import phase_time_per_step
+from nvtx_phases.analysis.render.figures.phases import phase_time_per_step
 
 MS = 1_000_000
 
@@ -86,7 +86,7 @@ def test_the_figure_has_one_size_for_3_and_500_steps(tmp_path):
 
 
 def test_energy_per_phase_device_follows_execution_order_not_the_alphabet():
-    from nvtx_phases.analysis.render.figures import execution_order
+    from nvtx_phases.analysis.render.figures.phases import execution_order
     from nvtx_phases.analysis.run.pipeline import analyze
 
     result = analyze(["traces_sample/grpo_synthetic.sqlite"])

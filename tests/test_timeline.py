@@ -21,8 +21,8 @@ import pytest
 from nvtx_phases.analysis.cli import app
 from nvtx_phases.analysis.jobs import analyze_to, open_run, timeline_to
 from nvtx_phases.analysis.model import Analysis
-from nvtx_phases.analysis.render.timeline import build_timeline, write_timeline
-from nvtx_phases.analysis.render.timeline_ranges import NO_RANGES, longest_first, nest_lanes
+from nvtx_phases.analysis.render.timeline.events import build_timeline, write_timeline
+from nvtx_phases.analysis.render.timeline.ranges import NO_RANGES, longest_first, nest_lanes
 from nvtxp_testkit import SAMPLES, shared_trace
 from typer.testing import CliRunner
 

@@ -21,12 +21,16 @@ from pathlib import Path
 import polars as pl
 import pytest
 from nvtx_phases.analysis.cli import app
-from nvtx_phases.analysis.render.compare_page import compare_html
-from nvtx_phases.analysis.render.comparison import comparison_markdown, metric_tables, to_markdown
-from nvtx_phases.analysis.render.files import load_analysis
-from nvtx_phases.analysis.render.report import phase_summary, report_tables
-from nvtx_phases.analysis.render.report import to_markdown as report_markdown
-from nvtx_phases.analysis.render.report_findings import what_stands_out
+from nvtx_phases.analysis.render.outputs.files import load_analysis
+from nvtx_phases.analysis.render.report.compare_page import compare_html
+from nvtx_phases.analysis.render.report.comparison import (
+    comparison_markdown,
+    metric_tables,
+    to_markdown,
+)
+from nvtx_phases.analysis.render.report.document import phase_summary, report_tables
+from nvtx_phases.analysis.render.report.document import to_markdown as report_markdown
+from nvtx_phases.analysis.render.report.findings import what_stands_out
 from nvtx_phases.analysis.render.terminal import phase_rich_tables
 from nvtx_phases.analysis.run.pipeline import analyze
 from nvtx_phases.analysis.synth.ray import RayConfig, generate_ray

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 from nvtx_phases.analysis.cli import app
 from nvtx_phases.analysis.errors import WorkloadInputError
-from nvtx_phases.analysis.render.files import load_analysis
+from nvtx_phases.analysis.render.outputs.files import load_analysis
 from nvtx_phases.analysis.workload.lengths import length_stats, read_packed_lengths
 from nvtx_phases.analysis.workload.whatif import WhatIfInputs, run_level, whatif_table
 from nvtx_phases.analysis.workload.whatif_inputs import (
@@ -489,7 +489,7 @@ def test_the_figure_writes_the_numbers_it_draws(sample, tmp_path):
         assert line["y"].to_list() == rows.sort("step")["bound_s"].to_list()
     assert drawn["p10"].is_null().all()  # the band is drawn for bins of steps only
     # past 40 steps: medians over bins of consecutive steps, the measured p10–p90 band
-    from nvtx_phases.analysis.render.whatif import whatif_figure
+    from nvtx_phases.analysis.render.report.whatif import whatif_figure
 
     times = _times(
         [(s, p, v) for s in range(1, 101) for p, v in (("step", 10.0 + s % 7), ("gen", 5.0))]

@@ -214,7 +214,7 @@ def analyze(
         raise fail(f"--engine must be 'process' or 'ray', not '{engine}'")
     from ..jobs import analyze_to
     from ..options import AnalyzeOptions
-    from ..render.drawing import default_workers
+    from ..render.figures.drawing import default_workers
 
     options = AnalyzeOptions(  # built once, here; a bad --steps or --phase-map fails first
         phase_map=phase_map,
@@ -281,7 +281,7 @@ def report(
     """
     from ..jobs import build_report
     from ..options import AnalyzeOptions
-    from ..render.drawing import default_workers
+    from ..render.figures.drawing import default_workers
 
     options = AnalyzeOptions(
         phase_map=phase_map,

@@ -74,7 +74,7 @@ def profile(
         err_console.print(f"the workload exited with status {result.exit_code}; reports kept")
     if analyze_after:
         from ..jobs import analyze_to
-        from ..render.drawing import default_workers
+        from ..render.figures.drawing import default_workers
         from .analyze import analyze_and_print
 
         analysis = out / "analysis"

@@ -23,7 +23,7 @@ def logs(
 ) -> None:
     """Phase times and shares per step from VeRL's timing_s/* (0.1: timing/*) metrics."""
     from ..jobs.logs import logs_to
-    from ..render.verl_logs import summary_rich_table
+    from ..render.report.verl_logs import summary_rich_table
 
     with spinner(details=False) as reporter:
         done = logs_to(paths, out, reporter=reporter)

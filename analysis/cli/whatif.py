@@ -18,7 +18,7 @@ def print_whatif_table(run: pl.DataFrame, source: str, warnings: list[str] | Non
     from rich.table import Table
     from rich.text import Text
 
-    from ..render.whatif import RUN_HEADERS, run_rows
+    from ..render.report.whatif import RUN_HEADERS, run_rows
 
     table = Table(title="What-if bounds (savings are upper bounds; assumptions in whatif.md)")
     for i, header in enumerate(RUN_HEADERS):

@@ -1,7 +1,7 @@
 """Figures and report sections drawn beside an analysis when its data allow them.
 
 The power envelope figure (with power samples) and the report's response-length sections (with
-length records); the tables themselves are the registry's (:mod:`analysis.render.tables`).
+length records); the tables themselves are the registry's (:mod:`analysis.render.outputs.tables`).
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..model import Analysis
-    from ..render.drawing import Drawing
-    from ..render.report_units import Section
+    from ..render.figures.drawing import Drawing
+    from ..render.report.units import Section
 
 
 def envelope_drawer(drawing: Drawing | None, figures: Path) -> Callable[[str, Any], object]:
     """``write_outputs``' ``on_frame``: the power envelope figure drawn from the table written."""
-    from ..render.envelope import CSV_NAME
-    from ..render.figure_tasks import envelope_task
+    from ..render.figures.envelope import CSV_NAME
+    from ..render.figures.tasks import envelope_task
 
     def draw(name: str, frame: Any) -> None:
         if drawing is not None and name == CSV_NAME:
@@ -38,8 +38,8 @@ def saved_envelope_figure(result: Analysis, saved: Path, figures: Path, drawing:
     import polars as pl
 
     from ..energy.envelope import ENVELOPE_SCHEMA, power_envelope
-    from ..render.envelope import CSV_NAME
-    from ..render.figure_tasks import envelope_task
+    from ..render.figures.envelope import CSV_NAME
+    from ..render.figures.tasks import envelope_task
 
     envelope: pl.DataFrame | None = (
         pl.read_csv(saved / CSV_NAME, schema_overrides=ENVELOPE_SCHEMA)
@@ -58,7 +58,7 @@ def length_sections(
     The figures go to ``drawing`` with the cap used (given, or inferred from the records); the
     warnings name length records of steps the run lacks and run steps without records.
     """
-    from ..render.figure_tasks import length_figure_tasks
+    from ..render.figures.tasks import length_figure_tasks
     from ..workload.lengths import read_packed_lengths
     from ..workload.stragglers import run_lengths
 

@@ -55,8 +55,8 @@ def logs_to(
     ``figures/phase_share.{png,svg}`` (at most ``max_bars`` bars). A step logged again keeps the
     last file's values (noted); a log without step timers is a ``WorkloadInputError``.
     """
-    from ..render import verl_logs as render
-    from ..render.files import check_output_folder, output_folder
+    from ..render.outputs.files import check_output_folder, output_folder
+    from ..render.report import verl_logs as render
     from ..workload import verl_logs as wl
 
     check_output_folder(out)

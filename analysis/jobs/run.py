@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..model import Analysis
     from ..options import AnalyzeOptions
-    from ..render.drawing import Drawing
+    from ..render.figures.drawing import Drawing
 
 from ..errors import one_line
 from .common import QUIET, Reporter
@@ -46,11 +46,11 @@ def analysis_folder(inputs: Sequence[Path]) -> Path | None:
 
 
 def load_saved_analysis(folder: Path) -> Analysis:
-    """:func:`analysis.render.files.load_analysis`; a damaged file is a ``SavedAnalysisError``."""
+    """:func:`analysis.render.outputs.files.load_analysis`; a damaged file is a ``SavedAnalysisError``."""
     import polars as pl
 
     from ..errors import SavedAnalysisError
-    from ..render.files import load_analysis
+    from ..render.outputs.files import load_analysis
 
     try:
         return load_analysis(folder)
@@ -168,11 +168,11 @@ def analyze_to(
     ``command_line``: the CLI's, for the provenance in ``summary.json``. ``detail_steps``: the
     steps of the power detail figure (``--steps`` syntax; checked against the run's steps before
     anything is written); ``draw_workers``: processes drawing the figures meanwhile (0: here;
-    see :mod:`analysis.render.drawing`).
+    see :mod:`analysis.render.figures.drawing`).
     """
     from ..options import options_from
-    from ..render.drawing import Drawing
-    from ..render.files import check_output_folder
+    from ..render.figures.drawing import Drawing
+    from ..render.outputs.files import check_output_folder
     from ..run.pipeline import analyze
 
     opts = options_from(options, changes)
@@ -207,8 +207,8 @@ def _write_analysis(
     reporter: Reporter,
 ) -> list[Path]:
     """``analyze``'s tables, and its figures drawn meanwhile by ``drawing``, into ``out``."""
-    from ..render.figure_tasks import phase_figure_tasks
-    from ..render.files import output_folder, write_outputs
+    from ..render.figures.tasks import phase_figure_tasks
+    from ..render.outputs.files import output_folder, write_outputs
 
     reporter.stage("writing outputs")
     with output_folder(out) as session:  # afterwards out holds this run's files only
@@ -246,12 +246,17 @@ def build_report(
     phase options are refused).
     """
     from ..options import options_from
-    from ..render.drawing import Drawing
-    from ..render.figure_tasks import phase_figure_tasks
-    from ..render.files import check_output_folder, output_folder, same_folder, write_outputs
-    from ..render.kernels_by_phase import kernel_sections
-    from ..render.report import write_report
-    from ..render.tables import TABLE_NAMES
+    from ..render.figures.drawing import Drawing
+    from ..render.figures.tasks import phase_figure_tasks
+    from ..render.outputs.files import (
+        check_output_folder,
+        output_folder,
+        same_folder,
+        write_outputs,
+    )
+    from ..render.outputs.tables import TABLE_NAMES
+    from ..render.report.document import write_report
+    from ..render.report.kernels import kernel_sections
 
     opts = options_from(options, changes)
     check_output_folder(out)  # before a long analysis, not after it
@@ -317,10 +322,10 @@ def compare_to(
 
     ``options`` (or keywords): the phase options apply to runs given as traces (a note for each
     analysis folder); ``steps`` to every run (:mod:`analysis.run.select`). Writes
-    :func:`analysis.render.compare_files.write_comparison`'s files, ``compare.md`` among them.
+    :func:`analysis.render.outputs.compare_files.write_comparison`'s files, ``compare.md`` among them.
     """
     from ..options import options_from
-    from ..render.compare_files import write_comparison
+    from ..render.outputs.compare_files import write_comparison
 
     opts = options_from(options, changes)  # a bad spec fails before any run is analyzed
     phase_options = opts.phase_map is not None or opts.all_ranges or opts.strip_args

@@ -1,7 +1,7 @@
 """The ``timeline`` job: a run (analysis folder or traces) → one Chrome trace-event file.
 
 :func:`~analysis.jobs.run.open_run` reads the run either way (a folder's GPU activity as a lazy
-scan of its ``gpu_activity.parquet``). The events are built by :mod:`analysis.render.timeline`.
+scan of its ``gpu_activity.parquet``). The events are built by :mod:`analysis.render.timeline.events`.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def timeline_to(
     phases and operations), which applies to an analysis folder too (the others: a note).
     """
     from ..options import options_from
-    from ..render.timeline import build_timeline, write_timeline
+    from ..render.timeline.events import build_timeline, write_timeline
 
     opts = options_from(options, changes)  # a bad spec or map fails before any reading
     check_output_file(out)

@@ -83,8 +83,8 @@ def whatif_to(
     Raises :class:`~analysis.errors.WorkloadInputError` for a run without steps, or whose
     every step is cut at the capture's end.
     """
-    from ..render.files import check_output_folder
-    from ..render.whatif import write_whatif
+    from ..render.outputs.files import check_output_folder
+    from ..render.report.whatif import write_whatif
     from ..workload.whatif import run_level, whatif_table
     from ..workload.whatif_inputs import (
         dominance_warnings,

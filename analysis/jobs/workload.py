@@ -34,7 +34,7 @@ class LengthsOutputs:
 
 
 def _atomic_text(path: Path, text: str) -> Path:
-    from ..render.atomic import atomic_write
+    from ..render.outputs.atomic import atomic_write
 
     return atomic_write(path, lambda p: p.write_text(text))
 
@@ -58,8 +58,8 @@ def analyze_lengths(
     are installed, else notes the skip.
     """
     from ..errors import MissingDependency
-    from ..render.atomic import atomic_write
-    from ..render.length_figures import length_cdf, length_heatmap
+    from ..render.figures.lengths import length_cdf, length_heatmap
+    from ..render.outputs.atomic import atomic_write
     from ..workload import lengths as lw
     from ..workload.fits import FIT_HINT, missing_fit_dependencies
 
@@ -113,8 +113,8 @@ def _run_length_files(
 
     Appends to ``warnings`` where the records' steps and the run's do not match.
     """
-    from ..render.atomic import atomic_write
-    from ..render.length_figures import straggler_timeline
+    from ..render.figures.lengths import straggler_timeline
+    from ..render.outputs.atomic import atomic_write
     from ..workload.stragglers import phase_imbalance, run_lengths
 
     with open_run([run], label=str(run), reporter=reporter) as analysis:
@@ -162,7 +162,7 @@ def fidelity_to(run: Path, log: Path, out: Path, *, reporter: Reporter = QUIET) 
     The log is read first: a missing one fails before a long analysis. ``summary.md`` starts
     with a warning when the two look like different runs (``summary.json``: ``same_run``).
     """
-    from ..render.atomic import atomic_write
+    from ..render.outputs.atomic import atomic_write
     from ..workload.fidelity import (
         compare_with_log,
         mismatch_warning,

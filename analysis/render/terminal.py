@@ -26,8 +26,8 @@ from rich.text import Text
 
 from ..aggregate.steps import PROCESS_COLUMNS
 from ..model import PROJECTION, WINDOW, Analysis
-from .report import NO_STEPS, scheme_gpu_times, step_count
-from .report_units import fixed
+from .report.document import NO_STEPS, scheme_gpu_times, step_count
+from .report.units import fixed
 
 #: what a GPU column shows where no GPU is in the row's scope
 NO_GPU = "—"

@@ -8,7 +8,7 @@ cannot be compared (no phases, per-step against whole-capture, no phase in commo
 first run) raise :class:`~analysis.errors.WorkloadInputError` with the reason.
 
 This module computes only; the tables, Markdown and figures are written by
-:mod:`analysis.render.comparison` and :mod:`analysis.render.compare_figures`.
+:mod:`analysis.render.report.comparison` and :mod:`analysis.render.figures.compare`.
 """
 
 from __future__ import annotations

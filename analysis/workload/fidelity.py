@@ -35,7 +35,7 @@ from nvtx_phases.naming import PATH_SEP, STEP
 from ..errors import InputError, WorkloadInputError
 from ..model import WINDOW, Analysis
 from ..phase_paths import is_step_phase
-from ..render.report_units import duration, fixed
+from ..render.report.units import duration, fixed
 
 MIN_SCORED_S = 0.001
 """Logged stage times below this (seconds) are reported but not scored in the overall accuracy."""
@@ -331,7 +331,7 @@ def to_markdown(summary: dict, *, warning: bool = True) -> str:
 
     Times in the unit that reads best (``15.26 µs``, ``33.12 s``: 4 significant digits);
     percentages to 0.01, a nonzero one under that as ``<0.01`` (``+<0.01``), never ``0.00``,
-    and one below 100 never as ``100.00`` (:func:`analysis.render.report_units.fixed`).
+    and one below 100 never as ``100.00`` (:func:`analysis.render.report.units.fixed`).
 
     ``warning``: start with :func:`mismatch_warning`'s line, when there is one.
     """

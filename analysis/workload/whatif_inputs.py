@@ -61,7 +61,7 @@ def _without_cut(rows: pl.DataFrame, name: str) -> tuple[pl.DataFrame, tuple[str
 
     from ..aggregate.shares import cut_steps, is_cut
     from ..aggregate.steps import CUT_WHY
-    from ..render.whatif import format_seconds
+    from ..render.report.whatif import format_seconds
 
     cut = cut_steps(rows)
     if not cut:
@@ -237,7 +237,7 @@ def dominance_warnings(times: pl.DataFrame) -> list[str]:
     """A warning naming the steps that dominate the run's totals and the ``--steps`` without them."""
     import polars as pl
 
-    from ..render.whatif import format_seconds
+    from ..render.report.whatif import format_seconds
     from .whatif_pipeline import DOMINANT_FACTOR, dominant_steps
 
     steps = times.filter(pl.col("phase") == STEP).select("step", pl.col("seconds").alias("step_s"))

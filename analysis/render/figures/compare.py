@@ -1,7 +1,7 @@
 """Figures of a run comparison (:func:`analysis.workload.compare.compare_runs`'s summary table).
 
 One figure per metric on a fixed canvas (:data:`FIGSIZE` inches, PNG at
-:data:`analysis.render.figures.DPI` dpi and SVG), whatever the number of phases: horizontal
+:data:`analysis.render.figures.phases.DPI` dpi and SVG), whatever the number of phases: horizontal
 bars, one per run, phases top to bottom in execution order. The window scheme (the driver's
 phases) and the projection scheme (the workers' ranges) get separate panels; ``step`` gets its
 own panel and axis, so it does not dwarf its phases. Bars are medians over steps, whiskers p10–p90 over steps; the legend and
@@ -18,10 +18,10 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from ..aggregate.steps import STEP_METRICS
-from ..model import PROJECTION, WINDOW
+from ...aggregate.steps import STEP_METRICS
+from ...model import PROJECTION, WINDOW
 from .captions import MAX_PANEL_PHASES
-from .figures import plt, save_figure
+from .phases import plt, save_figure
 
 #: most phases drawn per panel (the largest by the metric); all of them go to the tables
 #: the canvas of every comparison figure (inches)

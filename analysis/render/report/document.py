@@ -1,13 +1,13 @@
 """A readable report of one analysis: ``report.html`` (self-contained) and ``report.md``.
 
-Run metadata, "what stands out" (:mod:`analysis.render.report_findings`), the phase table as
+Run metadata, "what stands out" (:mod:`analysis.render.report.findings`), the phase table as
 median and p10–p90 over steps, the extra sections (top kernels, lengths, stragglers), the
-figures with their captions (:func:`analysis.render.captions.caption_for`) and the warnings.
-Every table is in human units (:mod:`analysis.render.report_units`: ms/s, MB, J, W, never raw
+figures with their captions (:func:`analysis.render.figures.captions.caption_for`) and the warnings.
+Every table is in human units (:mod:`analysis.render.report.units`: ms/s, MB, J, W, never raw
 ns) and is also written as CSV beside the report (``tables/<name>.csv``, linked from both).
 
 NVTX range names, paths and warnings are free text from other people's traces: every one is
-escaped (:mod:`analysis.render.report_html`) before it is written.
+escaped (:mod:`analysis.render.report.html_page`) before it is written.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from pathlib import Path
 
 import polars as pl
 
-from ..aggregate.steps import PROCESS_COLUMNS, over_steps, step_phase_metrics
-from ..model import PROJECTION, WINDOW, Analysis
-from .atomic import atomic_write
-from .captions import caption_for
-from .report_findings import Finding, what_stands_out
-from .report_html import (
+from ...aggregate.steps import PROCESS_COLUMNS, over_steps, step_phase_metrics
+from ...model import PROJECTION, WINDOW, Analysis
+from ..figures.captions import caption_for
+from ..outputs.atomic import atomic_write
+from .findings import Finding, what_stands_out
+from .html_page import (
     csv_name,
     escape_html,
     escape_md,
@@ -32,7 +32,7 @@ from .report_html import (
     md_table,
     page,
 )
-from .report_units import ReportTable, Section, humanize
+from .units import ReportTable, Section, humanize
 
 #: an extra report section from another module: (title, table in the analysis' own columns)
 

@@ -15,8 +15,8 @@ from matplotlib.axes import Axes
 from matplotlib.colors import LogNorm
 from matplotlib.ticker import MaxNLocator
 
-from ..normalize.devices import device_label
-from .figures import CANVAS, plt, save_figure
+from ...normalize.devices import device_label
+from .phases import CANVAS, plt, save_figure
 
 #: The straggler figure's canvas (inches): a heatmap and a panel over steps.
 STRAGGLER_CANVAS = (8.0, 4.5)

@@ -1,7 +1,7 @@
 """A run on one timeline: Chrome trace-event JSON for ui.perfetto.dev and chrome://tracing.
 
 Processes, in order: each traced process (``<trace> pid <pid>``, drivers first) with one slice
-per NVTX range on its thread's track (:mod:`analysis.render.timeline_ranges`); each physical
+per NVTX range on its thread's track (:mod:`analysis.render.timeline.ranges`); each physical
 GPU (``GPU <device> (<name>)``): a track per stream (and launching process, where several share
 it), counters ``power`` (W, every sample) and ``GPU busy`` (fraction of each time bin its
 operations' union covers). Steps are global instants. Times: µs on the run's clock (ns / 1000,
@@ -23,10 +23,10 @@ from typing import Any, Final
 import numpy as np
 import polars as pl
 
-from ..intervals import opens_block, overlaps_earlier, past_reach, reach
-from ..model import WINDOW, Analysis
-from .atomic import atomic_write
-from .timeline_ranges import nest_lanes, timeline_ranges
+from ...intervals import opens_block, overlaps_earlier, past_reach, reach
+from ...model import WINDOW, Analysis
+from ..outputs.atomic import atomic_write
+from .ranges import nest_lanes, timeline_ranges
 
 SPAN_COLUMNS: Final = ("trace", "pid", "device", "stream", "start_ns", "end_ns")
 #: what one operation's slice shows (columns an analysis lacks are left out)

@@ -1,4 +1,4 @@
-"""Which figures a run gets, as tasks for :class:`~analysis.render.drawing.Drawing`.
+"""Which figures a run gets, as tasks for :class:`~analysis.render.figures.drawing.Drawing`.
 
 Nothing here imports matplotlib: the tasks name their drawing functions, which the worker
 processes (or this one, without workers) import. A task returns every file it wrote (each
@@ -16,10 +16,10 @@ from .drawing import FigureTask
 if TYPE_CHECKING:
     import polars as pl
 
-    from ..model import Analysis
+    from ...model import Analysis
 
-_FIGURES = "nvtx_phases.analysis.render.figures"
-_LENGTHS = "nvtx_phases.analysis.render.length_figures"
+_FIGURES = "nvtx_phases.analysis.render.figures.phases"
+_LENGTHS = "nvtx_phases.analysis.render.figures.lengths"
 
 
 def phase_figure_tasks(
@@ -52,8 +52,10 @@ def phase_figure_tasks(
 
 
 def envelope_task(envelope: pl.DataFrame, out: Path) -> FigureTask:
-    """``figures/power_envelope``: see :func:`analysis.render.envelope.power_envelope_figure`."""
-    return FigureTask("nvtx_phases.analysis.render.envelope:power_envelope_figure", (envelope, out))
+    """``figures/power_envelope``: see :func:`analysis.render.figures.envelope.power_envelope_figure`."""
+    return FigureTask(
+        "nvtx_phases.analysis.render.figures.envelope:power_envelope_figure", (envelope, out)
+    )
 
 
 def length_figure_tasks(
@@ -75,7 +77,7 @@ def power_figures(
     detail_steps: str | None = None,
 ) -> list[Path]:
     """Both power figures, from one copy of the samples: the overview, then the detail."""
-    from .power_figure import power_timeline, power_timeline_detail
+    from .power import power_timeline, power_timeline_detail
 
     return power_timeline(phases, samples, out) + power_timeline_detail(
         phases, samples, steps, out, detail_steps

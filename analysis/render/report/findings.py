@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from ..aggregate.shares import inside_step, is_cut, share_over_steps, step_shares
-from ..aggregate.steps import cut_note
-from ..model import PROJECTION, WINDOW, Analysis
-from ..phase_paths import is_step_phase
-from .report_units import fixed
+from ...aggregate.shares import inside_step, is_cut, share_over_steps, step_shares
+from ...aggregate.steps import cut_note
+from ...model import PROJECTION, WINDOW, Analysis
+from ...phase_paths import is_step_phase
+from .units import fixed
 
 
 @dataclass(frozen=True)
@@ -244,11 +244,11 @@ def _no_phases(analysis: Analysis) -> str:
 
 
 def what_stands_out(analysis: Analysis, summary: pl.DataFrame) -> list[Finding]:
-    """The four findings, from the phase summary (:func:`~analysis.render.report.phase_summary`).
+    """The four findings, from the phase summary (:func:`~analysis.render.report.document.phase_summary`).
 
     Then, where ranges were cut at the capture's end, a fifth saying what is left out and why.
     """
-    from ..workload.stragglers import generation_tails
+    from ...workload.stragglers import generation_tails
 
     note = cut_note(analysis.phases)
     cut = [Finding(CUT_TOPIC, note[0].upper() + note[1:])] if note else []

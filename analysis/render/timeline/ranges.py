@@ -20,8 +20,8 @@ from typing import Any, Final
 
 import polars as pl
 
-from ..intervals import overlaps_earlier
-from ..model import Analysis
+from ...intervals import overlaps_earlier
+from ...model import Analysis
 
 #: the args group with the range's own interval, and the one with its phase-table row's totals
 RANGE_KEY: Final = "this range"

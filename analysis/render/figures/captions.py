@@ -10,7 +10,7 @@ timers): its caption is :data:`VERL_LOGS_CAPTIONS`. Every figure's drawn numbers
 
 from __future__ import annotations
 
-from ..aggregate.steps import STEP_METRICS
+from ...aggregate.steps import STEP_METRICS
 
 #: "Phases in execution order, each in its NVTX colour": said once, used in several captions
 _ORDER = "Phases in execution order (first start), each in its NVTX colour"

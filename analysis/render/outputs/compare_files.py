@@ -1,7 +1,7 @@
 """Write a run comparison: compare.csv, compare_steps.csv, compare.md, compare.html, figures.
 
-Each file atomically; the text comes from :mod:`analysis.render.comparison`, the page from
-:mod:`analysis.render.compare_page`, the figures from :mod:`analysis.render.compare_figures`.
+Each file atomically; the text comes from :mod:`analysis.render.report.comparison`, the page from
+:mod:`analysis.render.report.compare_page`, the figures from :mod:`analysis.render.figures.compare`.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import polars as pl
 
-from ..model import Analysis
-from ..workload.compare import compare_runs
+from ...model import Analysis
+from ...workload.compare import compare_runs
+from ..figures.compare import comparison_figures
+from ..report.compare_page import compare_html
+from ..report.comparison import comparison_markdown, shown_metrics
 from .atomic import atomic_write
-from .compare_figures import comparison_figures
-from .compare_page import compare_html
-from .comparison import comparison_markdown, shown_metrics
 
 
 def write_comparison(runs: dict[str, Analysis], out: str | Path) -> list[Path]:

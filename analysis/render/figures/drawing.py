@@ -33,10 +33,10 @@ from typing import Any
 
 #: The modules a worker imports as it starts (matplotlib, Polars, NumPy come with them).
 WARM_MODULES = (
-    "nvtx_phases.analysis.render.figures",
-    "nvtx_phases.analysis.render.power_figure",
-    "nvtx_phases.analysis.render.envelope",
-    "nvtx_phases.analysis.render.length_figures",
+    "nvtx_phases.analysis.render.figures.phases",
+    "nvtx_phases.analysis.render.figures.power",
+    "nvtx_phases.analysis.render.figures.envelope",
+    "nvtx_phases.analysis.render.figures.lengths",
 )
 #: Workers at most: more would spend their start-up importing for figures that are few.
 MAX_WORKERS = 4

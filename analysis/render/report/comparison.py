@@ -1,7 +1,7 @@
 """A run comparison as text: ``compare.md``'s intro and tables.
 
 The tables are :func:`analysis.workload.compare.compare_runs`'s; this module only formats them
-(the page and the files: :mod:`analysis.render.compare_files`). Per metric, each phase shows every run's median (p10–p90)
+(the page and the files: :mod:`analysis.render.outputs.compare_files`). Per metric, each phase shows every run's median (p10–p90)
 over steps, the difference to the first run in the metric's unit (percentage points for a
 percentage) and in % of the first run's value where that value is at least the metric's floor
 (:data:`analysis.workload.compare.PCT_FLOORS`, stated once in the intro; below it the % cell
@@ -15,9 +15,9 @@ from typing import Any
 
 import polars as pl
 
-from ..aggregate.steps import STEP_METRICS
-from ..workload.compare import FLOOR_TEXT, KEYS
-from .report_html import escape_md
+from ...aggregate.steps import STEP_METRICS
+from ...workload.compare import FLOOR_TEXT, KEYS
+from .html_page import escape_md
 
 #: the metrics ``compare.md`` shows, in order (those without a value in any run are left out)
 MARKDOWN_METRICS = tuple(STEP_METRICS)

@@ -27,16 +27,16 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from ..aggregate.step_stack import (
+from ...aggregate.step_stack import (
     check_detail_steps,  # noqa: F401 (the CLI's import)
     resolve_detail_steps,
     step_windows,
 )
-from ..frames import int_value
-from ..model import WINDOW
-from ..normalize.devices import device_label
-from ..phase_paths import driver_phases
-from .figures import phase_hex, save_figure
+from ...frames import int_value
+from ...model import WINDOW
+from ...normalize.devices import device_label
+from ...phase_paths import driver_phases
+from .phases import phase_hex, save_figure
 
 #: both power figures' canvas (inches), whatever the number of steps and GPUs
 CANVAS = (8.0, 4.5)

@@ -1,7 +1,7 @@
 """The output tables of an analysis, each declared once: the registry :data:`TABLES`.
 
-Writing (:func:`analysis.render.files.write_outputs`), reading back
-(:func:`analysis.render.files.load_analysis`), the names an output folder may hold, and the
+Writing (:func:`analysis.render.outputs.files.write_outputs`), reading back
+(:func:`analysis.render.outputs.files.load_analysis`), the names an output folder may hold, and the
 tests of ``--steps`` iterate this list; the CLI and the Python API write through it, so they
 write the same files. A table is either an :class:`~analysis.model.Analysis` field saved as it
 is (``field``: read back into it) or derived from the analysis by a pure function that lives
@@ -20,10 +20,10 @@ from typing import Any
 
 import polars as pl
 
-from ..aggregate.gpu_metrics import TABLE_SCHEMA as GPU_METRICS_SCHEMA
-from ..aggregate.kernels_by_phase import kernels_by_phase
-from ..energy.envelope import power_envelope
-from ..model import Analysis, RunSummary
+from ...aggregate.gpu_metrics import TABLE_SCHEMA as GPU_METRICS_SCHEMA
+from ...aggregate.kernels_by_phase import kernels_by_phase
+from ...energy.envelope import power_envelope
+from ...model import Analysis, RunSummary
 
 #: what a table's ``frame`` returns: a frame, a lazy frame, the summary, or None (not written)
 Frame = Any

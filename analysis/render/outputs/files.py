@@ -26,10 +26,10 @@ from typing import Any
 
 import polars as pl
 
-from ..aggregate.activity_writer import ACTIVITY_FILE
-from ..aggregate.kernels_by_phase import DEFAULT_TOP
-from ..errors import OutputError, SavedAnalysisError
-from ..model import Analysis
+from ...aggregate.activity_writer import ACTIVITY_FILE
+from ...aggregate.kernels_by_phase import DEFAULT_TOP
+from ...errors import OutputError, SavedAnalysisError
+from ...model import Analysis
 from .atomic import atomic_write
 from .tables import TABLE_NAMES, TABLES
 
@@ -236,7 +236,7 @@ def write_outputs(
     top_kernels: int | None = DEFAULT_TOP,
     on_frame: Callable[[str, Any], object] | None = None,
 ) -> list[Path]:
-    """Write every table of the registry (:data:`analysis.render.tables.TABLES`) to ``out``.
+    """Write every table of the registry (:data:`analysis.render.outputs.tables.TABLES`) to ``out``.
 
     The tables the analysis supports: phases (Parquet+CSV), per-device phases, ranges, GPU
     activity, kernels, ``kernels_by_phase.csv`` (the ``top_kernels`` kernel names per phase;

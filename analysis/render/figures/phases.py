@@ -21,12 +21,12 @@ from matplotlib.patches import Patch
 
 from nvtx_phases.naming import phase_color
 
-from ..aggregate.shares import share_over_steps, step_shares
-from ..aggregate.step_stack import OTHER, phase_totals, step_stack
-from ..frames import int_value
-from ..normalize.devices import device_label
-from ..phase_paths import is_step_phase
-from .atomic import atomic_write
+from ...aggregate.shares import share_over_steps, step_shares
+from ...aggregate.step_stack import OTHER, phase_totals, step_stack
+from ...frames import int_value
+from ...normalize.devices import device_label
+from ...phase_paths import is_step_phase
+from ..outputs.atomic import atomic_write
 
 # Same inputs, same bytes: fixed SVG ids and no creation date, so outputs can be diffed.
 matplotlib.rcParams["svg.hashsalt"] = "nvtx-phases"

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import polars as pl
 
-from ..aggregate.kernels_by_phase import SCHEMA, kernels_by_phase
-from ..model import Analysis
-from .report_units import Section
-from .tables import has_kernel_columns
+from ...aggregate.kernels_by_phase import SCHEMA, kernels_by_phase
+from ...model import Analysis
+from ..outputs.tables import has_kernel_columns
+from .units import Section
 
 FILE_NAME = "kernels_by_phase.csv"
 #: phases and kernels per phase the report shows

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import polars as pl
 
-from ..workload.whatif import ENERGY_RULE, OVERLAP, OVERLAP_FORMULA, WHOLE_STEP
-from .atomic import atomic_write
-from .report_units import fixed
+from ...workload.whatif import ENERGY_RULE, OVERLAP, OVERLAP_FORMULA, WHOLE_STEP
+from ..outputs.atomic import atomic_write
+from .units import fixed
 
 #: the run-level columns the Markdown table and the CLI show, with their headers
 RUN_HEADERS = (
@@ -215,7 +215,7 @@ def whatif_figure(table: pl.DataFrame, out: Path, *, max_points: int = MAX_POINT
     """
     from matplotlib.ticker import MaxNLocator
 
-    from .figures import plt, save_figure  # matplotlib only when drawing
+    from ..figures.phases import plt, save_figure  # matplotlib only when drawing
 
     data = whatif_figure_data(table, max_points=max_points)
     if data.is_empty():

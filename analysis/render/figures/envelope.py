@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ..frames import int_value
-from .report_units import fixed
+from ...frames import int_value
+from ..report.units import fixed
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -99,7 +99,7 @@ def _gpu_panel(ax: Axes, data: pl.DataFrame, paths: list[str]) -> None:
     """Per GPU and phase: p50 dot, p95 tick, max triangle; past MAX_GPU_MARKS, over the GPUs."""
     from matplotlib.lines import Line2D
 
-    from ..normalize.devices import device_label
+    from ...normalize.devices import device_label
 
     where = {p: i for i, p in enumerate(paths)}
     if not data.is_empty() and data["panel"][0] == "gpus":
@@ -138,7 +138,7 @@ def _node_panels(power: Axes, ramp: Axes, nodes: pl.DataFrame, paths: list[str])
     """
     from matplotlib.patches import Patch
 
-    from .figures import HATCHES, phase_hex
+    from .phases import HATCHES, phase_hex
 
     hosts = sorted(nodes["host"].unique().to_list())
     width = 0.8 / max(len(hosts), 1)
@@ -205,7 +205,7 @@ def power_envelope_figure(envelope: pl.DataFrame, out: str | Path) -> list[Path]
         return []
     import matplotlib.pyplot as plt
 
-    from .figures import save_figure  # sets the headless backend
+    from .phases import save_figure  # sets the headless backend
 
     paths = list(dict.fromkeys(envelope["path"].to_list()))  # the table's order: first start
     data = envelope_figure_data(envelope)

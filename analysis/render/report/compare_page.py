@@ -1,6 +1,6 @@
 """``compare.html``: a run comparison as one self-contained page (figures embedded).
 
-Per metric its figure with the caption, then its table (:func:`analysis.render.comparison.
+Per metric its figure with the caption, then its table (:func:`analysis.render.report.comparison.
 metric_tables`). Run labels and range names are free text: every one is escaped.
 """
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import polars as pl
 
-from .captions import compare_caption
+from ..figures.captions import compare_caption
 from .comparison import has_graphs, intro, metric_tables, metric_title
-from .report_html import escape_html, html_figure, page
+from .html_page import escape_html, html_figure, page
 
 
 def _table(header: list[str], body: list[list[str]]) -> str:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from .report_units import ReportTable
+from .units import ReportTable
 
 #: the folder (beside the report) holding each table of the report as CSV
 TABLES_DIR = "tables"

@@ -10,16 +10,16 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from ..workload import verl_logs as wl
-from ..workload.verl_logs import OTHER, STEP
-from .report_units import fixed
+from ...workload import verl_logs as wl
+from ...workload.verl_logs import OTHER, STEP
+from .units import fixed
 
 if TYPE_CHECKING:
     import matplotlib.pyplot as plt
     import numpy as np
     from rich.table import Table
 
-    from .files import OutputSession
+    from ..outputs.files import OutputSession
 
 #: the figure's size in inches, whatever the number of steps (bars are binned past ``max_bars``)
 FIGURE_SIZE = (10.0, 5.0)
@@ -194,7 +194,7 @@ def phase_share_figure(shares: pl.DataFrame, bars: pl.DataFrame, out: Path) -> l
     """
     import numpy as np
 
-    from .figures import plt, save_figure
+    from ..figures.phases import plt, save_figure
 
     if bars.is_empty():
         return []

@@ -1,0 +1,1 @@
+"""The timeline: Chrome trace events (ui.perfetto.dev, chrome://tracing)."""
