@@ -184,11 +184,23 @@ def test_api_and_cli_write_the_same_tables(tmp_path):
     assert cli.keys() == api.keys()
     assert {"power_envelope.csv", "kernels_by_phase.csv", "ranges.parquet"} <= cli.keys()
     differ = sorted(name for name in cli if cli[name] != api[name])
-    assert differ == ["summary.json"]  # its provenance: the CLI's command line and top_kernels
+    assert differ == ["summary.json"]  # its provenance: the command's line and own option
     c, a = (json.loads(files["summary.json"]) for files in (cli, api))
-    assert c.pop("provenance")["command_line"][:2] == ["nvtx-phases", "analyze"]
-    a.pop("provenance")
+    assert c["provenance"].pop("command_line")[:2] == ["nvtx-phases", "analyze"]
+    assert a["provenance"].pop("command_line") is None
+    assert c["provenance"]["options"].pop("top_kernels") == 10
+    for summary in (c, a):  # when each was analyzed
+        summary["provenance"].pop("analyzed_at_utc")
     assert c == a
+
+
+def test_write_outputs_to_an_unwritable_place_is_one_line(tmp_path):
+    from nvtx_phases.analysis.errors import OutputError
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with analyze([SAMPLE]) as run, pytest.raises(OutputError, match="not a folder"):
+        write_outputs(run, blocker / "out")
 
 
 def test_every_analysis_field_is_a_registry_table_and_round_trips(tmp_path):

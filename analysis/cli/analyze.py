@@ -31,8 +31,9 @@ if TYPE_CHECKING:
 Traces = Annotated[
     list[Path],
     typer.Argument(
-        help="nsys exports of one run: SQLite files, parquetdir folders, .nsys-rep/.qdrep "
-        "reports (exported first), or folders of them."
+        help="Traces of one run: nsys SQLite exports, parquetdir folders, .nsys-rep/.qdrep "
+        "reports (exported first), PyTorch profiler (Kineto) .json/.json.gz traces (one per "
+        "rank), or folders of them."
     ),
 ]
 PhaseMapFile = Annotated[

@@ -110,7 +110,7 @@ def refuse_trace_options(folder: Path, options: AnalyzeOptions) -> None:
 
 
 def _invoked(result: Analysis, command_line: Sequence[str] | None, top: int | None) -> Analysis:
-    """``result`` with the command line and ``top_kernels`` in its provenance."""
+    """``result`` with the command line and ``top_kernels`` (the command's) in its provenance."""
     from ..run.provenance import with_invocation
 
     return with_invocation(result, command_line=command_line, options={"top_kernels": top})

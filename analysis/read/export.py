@@ -2,8 +2,9 @@
 
 Two containers hold the same tables and columns: an ``nsys export --type sqlite`` file
 (:mod:`analysis.read.sqlite`) and an ``nsys export --type parquetdir`` folder of Parquet files
-(:mod:`analysis.read.parquetdir`). :func:`open_export` opens either; everything after it reads
-through the declared table specs of :mod:`analysis.read.specs`, so both give the same frames.
+(:mod:`analysis.read.parquetdir`). A PyTorch profiler (Kineto) trace is read as the same tables
+(:mod:`analysis.read.kineto`). :func:`open_export` opens any of them; everything after it reads
+through the declared table specs of :mod:`analysis.read.specs`, so all give the same frames.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import polars as pl
 from ..errors import MissingColumns, NotAnNsysExport
 from . import specs as T
 from .common import TableSource, decode_text_columns
+from .kineto import KinetoExport, is_kineto_file, kineto_stem
 from .parquetdir import ParquetDirExport, export_stem, is_parquetdir
 from .specs import TableSpec
 from .sqlite import SqliteExport, sqlite_readonly_uri
@@ -30,6 +32,7 @@ __all__ = [
     "open_export",
     "read_export",
     "sqlite_readonly_uri",
+    "trace_stem",
 ]
 
 
@@ -72,10 +75,12 @@ class RawTrace:
 
 
 def open_export(path: str | Path) -> TableSource:
-    """Open one export read-only: a parquetdir folder, else an SQLite file."""
+    """Open one export read-only: a parquetdir folder, a Kineto trace (JSON), else SQLite."""
     path = Path(path)
     if is_parquetdir(path):
         return ParquetDirExport(path)
+    if is_kineto_file(path):
+        return KinetoExport(path)
     return SqliteExport(path)
 
 
@@ -149,6 +154,8 @@ def read_export(
                     missing.append(spec.name)
                 continue
             frames[spec.name] = frame
+        # what a non-nsys source (a Kineto trace) lacks next to an nsys export
+        read_warnings += getattr(export, "notes", [])
     finally:
         export.close()
 
@@ -174,7 +181,7 @@ def read_export(
         )
     return RawTrace(
         path=path,
-        label=label or (export_stem(path) if path.is_dir() else path.stem),
+        label=label or trace_stem(path),
         frames=frames,
         missing_tables=missing,
         meta=meta,
@@ -184,6 +191,13 @@ def read_export(
         host=env.get("Hostname", meta.get("EXPORT_HOST", "")),
         warnings=warnings,
     )
+
+
+def trace_stem(path: Path) -> str:
+    """The name a file or folder stands for: the report's name, or the trace's."""
+    if path.is_dir():
+        return export_stem(path)
+    return kineto_stem(path) if is_kineto_file(path) else path.stem
 
 
 def _pairs(frame: pl.DataFrame | None) -> dict[str, str]:

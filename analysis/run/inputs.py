@@ -10,8 +10,11 @@
   ``$NVTX_PHASES_EXPORT_TYPE`` (``sqlite`` or ``parquetdir``) chooses instead. When the report's
   folder is not writable, the export goes to a cache folder (:func:`export_cache_dir`), and the
   caller is told so;
-- a folder stands for the exports and reports directly inside it, one per report: ``X.nsys-rep``
-  with ``X.sqlite`` or ``X.parquetdir`` counts once.
+- a PyTorch profiler (Kineto) trace, ``.json`` or ``.json.gz`` (``X.pt.trace.json.gz``), is read
+  as it is (:mod:`analysis.read.kineto`);
+- a folder stands for the exports, reports and Kineto traces directly inside it (the rank files of
+  one run), one per report: ``X.nsys-rep`` with ``X.sqlite`` or ``X.parquetdir`` counts once; a
+  JSON file there counts only when it holds ``traceEvents``.
 
 Every export is bounded by a timeout. Without nsys, the error names the exact command to run.
 """
@@ -26,6 +29,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..errors import InputError, OutputError
+from ..read.kineto import KINETO_SUFFIXES, holds_trace_events
 from ..read.parquetdir import PARQUETDIR_SUFFIXES, export_stem, is_parquetdir
 
 #: the extension of an Nsight Systems report
@@ -49,7 +53,7 @@ def resolve_trace_inputs(
     nsys: str | None = None,
     timeout_s: float = EXPORT_TIMEOUT_S,
 ) -> list[Path]:
-    """The exports (SQLite files, parquetdir folders) that ``paths`` (as given) stand for.
+    """The exports (SQLite files, parquetdir folders, Kineto traces) that ``paths`` stand for.
 
     Reports are exported (or their fresh export reused); a file given twice, or
     both directly and through its folder or its report, counts once. ``notify`` receives one
@@ -73,7 +77,7 @@ def resolve_trace_inputs(
         elif path.is_dir():
             found = folder_inputs(path)
             if not found:
-                # the wording tests and users know; parquetdirs and .qdrep reports count too
+                # the wording tests and users know; parquetdirs, .qdrep reports, Kineto traces count too
                 raise InputError(
                     f"{path}: folder holds no *.sqlite export and no *{REPORT_SUFFIX} report"
                 )
@@ -112,6 +116,8 @@ def folder_inputs(folder: Path) -> list[Path]:
             stem, found = path.name[: -len(".sqlite")], (2, path)
         elif is_parquetdir(path):
             stem, found = export_stem(path), (3, path)
+        elif path.name.endswith(KINETO_SUFFIXES) and holds_trace_events(path):
+            stem, found = path.name, (4, path)  # its own name: never one of a report's exports
         else:
             continue
         if stem not in rank or found[0] < rank[stem][0]:

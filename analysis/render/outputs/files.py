@@ -243,25 +243,30 @@ def write_outputs(
     None or 0: all), steps, power samples and envelope, GPU metrics per phase, summary.
     ``on_frame(name, frame)``: called with each derived table written (e.g. to draw a figure
     from it without computing it again).
+    A folder that cannot be made or written is an :class:`OutputError` (one line).
     """
     out = Path(out)
-    # the per-operation table is the big write (Polars releases the GIL): in a thread, while
-    # the other tables are computed and written
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        activity = pool.submit(
-            atomic_write, out / "gpu_activity.parquet", _activity_writer(analysis)
-        )
-        written: list[Path] = []
-        for table in TABLES:
-            if table.name == "gpu_activity.parquet":
-                written.append(activity.result())
-                continue
-            frame = table.frame(analysis, top_kernels)
-            if frame is None or (table.skip_empty and frame.is_empty()):
-                continue
-            if table.field is None and on_frame is not None:
-                on_frame(table.name, frame)
-            written.append(atomic_write(out / table.name, partial(table.write, frame)))
+    check_output_folder(out)
+    try:
+        # the per-operation table is the big write (Polars releases the GIL): in a thread, while
+        # the other tables are computed and written
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            activity = pool.submit(
+                atomic_write, out / "gpu_activity.parquet", _activity_writer(analysis)
+            )
+            written: list[Path] = []
+            for table in TABLES:
+                if table.name == "gpu_activity.parquet":
+                    written.append(activity.result())
+                    continue
+                frame = table.frame(analysis, top_kernels)
+                if frame is None or (table.skip_empty and frame.is_empty()):
+                    continue
+                if table.field is None and on_frame is not None:
+                    on_frame(table.name, frame)
+                written.append(atomic_write(out / table.name, partial(table.write, frame)))
+    except OSError as exc:  # what check_output_folder cannot foresee (/proc, a full disk)
+        raise OutputError(f"{out}: cannot write the outputs ({exc.strerror or exc})") from None
     return written
 
 
