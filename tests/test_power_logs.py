@@ -23,7 +23,8 @@ import numpy as np
 import polars as pl
 import pytest
 from nvtx_phases.analysis import analyze
-from nvtx_phases.analysis.energy.power_logs import detect_format, log_samples
+from nvtx_phases.analysis.energy import samples as samples_mod
+from nvtx_phases.analysis.energy.power_logs import FORMATS, detect_format, log_samples
 from nvtx_phases.analysis.energy.samples import align
 from nvtx_phases.analysis.errors import InputError
 from nvtxp_testkit import SAMPLES
@@ -219,3 +220,103 @@ def test_uuid_matches_the_traced_gpu_and_index_needs_one_host(tmp_path):
         align(by_index, marks, origin_utc_ns=ZERO, op_devices=[], aliases={"a:3": "x", "b:3": "y"})
     with pytest.raises(InputError, match="no session start"):
         align(samples, marks, origin_utc_ns=None, op_devices=[uuid])
+
+
+# --- a log longer than the capture ---------------------------------------------------------------
+
+NO_MARKS = pl.DataFrame(
+    schema={"host": pl.String, "pid": pl.Int64, "ts_ns": pl.Int64, "text": pl.String}
+)
+#: capture ends between readings (the log reads every ms from 0 to 204 ms)
+SPAN = (20_500_000, 180_250_000)
+
+
+def in_span_energy(t: np.ndarray, cum_j: np.ndarray, span: tuple[int, int]) -> float:
+    """Energy over the span from the raw rows: the running total interpolated at its ends."""
+    return expected(t, cum_j, *span)
+
+
+def test_a_log_longer_than_the_capture_counts_only_the_capture(smi_log):
+    samples, _ = log_samples(f"{smi_log},tz=+02:00")
+    power = align(samples, NO_MARKS, origin_utc_ns=ZERO, op_devices=[], capture_span_ns=SPAN)
+    cum = samples_mod.cumulative_energy(power)
+    total = cum.group_by("device").agg(pl.col("cum_j").last() - pl.col("cum_j").first())
+    keep = np.arange(T.size) != 50  # GPU 1's [N/A] row
+    raw = {0: (T, POWER[0]), 1: (T[keep], POWER[1][keep])}
+    for g, (t, watts) in raw.items():
+        want = in_span_energy(t, trapezoid_cum(t, watts), SPAN)
+        got = total.filter(pl.col("device") == f"?:{g}")["cum_j"].item()
+        assert got == pytest.approx(want, rel=1e-12)
+    outside = sum(int(((t < SPAN[0]) | (t > SPAN[1])).sum()) for t, _ in raw.values())
+    (note,) = [w for w in power.warnings if "outside the capture" in w]
+    assert f"smi.csv: {outside:,} of {keep.sum() + T.size:,} readings outside the capture" in note
+    # the rows put at the ends are no readings: a span's samples are the raw rows inside it
+    whole = pl.DataFrame(
+        {"id": [0, 1], "device": ["?:0", "?:1"], "start_ns": [SPAN[0]] * 2, "end_ns": [SPAN[1]] * 2}
+    )
+    counted = samples_mod.interval_energy(cum, whole)
+    inside = [int(((t >= SPAN[0]) & (t <= SPAN[1])).sum()) for t, _ in raw.values()]
+    assert counted["n_samples"].to_list() == inside
+    assert power.interval_ns == 1_000_000
+
+
+def test_a_counter_log_and_a_capture_between_two_readings(tmp_path):
+    log = tmp_path / "dmon.log"
+    log.write_text("\n".join(stamped(dmon_lines())) + "\n")
+    samples, _ = log_samples(log)
+    keep = np.arange(T.size) != 30
+    for span in (SPAN, (100_200_000, 100_700_000)):  # the second: no reading inside
+        power = align(samples, NO_MARKS, origin_utc_ns=ZERO, op_devices=[], capture_span_ns=span)
+        cum = samples_mod.cumulative_energy(power)
+        assert power.source == "dcgm-counter"
+        for g, first in ((0, 5_000_000), (1, 9_000_000)):
+            counter = (first + np.cumsum(POWER[g].astype(int)))[keep] / 1000.0
+            rows = cum.filter(pl.col("device") == f"?:{g}")
+            got = rows["cum_j"].max() - rows["cum_j"].min()
+            assert got == pytest.approx(in_span_energy(T[keep], counter, span), abs=1e-9)
+            assert (rows["t_ns"].min(), rows["t_ns"].max()) == span
+
+
+def test_without_a_span_the_log_is_kept_whole(smi_log):
+    samples, _ = log_samples(f"{smi_log},tz=+02:00")
+    power = align(samples, NO_MARKS, origin_utc_ns=ZERO, op_devices=[])
+    assert power.samples.height == samples.height
+    assert not [w for w in power.warnings if "outside the capture" in w]
+
+
+# --- bad options and formats: one line each ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def three_logs(tmp_path_factory, smi_log) -> dict[str, str]:
+    where = tmp_path_factory.mktemp("three")
+    dmon = where / "dmon.log"
+    dmon.write_text("\n".join(stamped(dmon_lines()[:20])) + "\n")
+    zeus = where / "zeus.csv"
+    zeus.write_text(f"{ZERO // 10**9}.000000000,100.000,200.000\n")
+    return {"nvidia-smi": f"{smi_log},tz=+02:00", "dcgm": str(dmon), "zeus": str(zeus)}
+
+
+@pytest.mark.parametrize("forced", sorted(FORMATS))
+def test_a_format_forced_on_another_tools_file_is_one_line(three_logs, forced):
+    for actual, given in three_logs.items():
+        if actual == forced:
+            assert log_samples(f"{given},format={forced}")[0].height > 0
+            continue
+        with pytest.raises(InputError, match=f"not a {FORMATS[forced]}") as caught:
+            log_samples(f"{given},format={forced}")
+        assert "\n" not in str(caught.value)
+
+
+def test_a_misspelt_option_is_named(smi_log):
+    with pytest.raises(InputError, match=r"unknown power-log option tzz \(expected tz, host"):
+        log_samples(f"{smi_log},tzz=UTC")
+
+
+def test_zeus_gpus_against_its_header(tmp_path):
+    log = tmp_path / "zeus.csv"
+    log.write_text(f"time,power0,power1\n{ZERO // 10**9}.5,100.0,200.0\n")
+    with pytest.raises(InputError, match=r"gpus=0\+2 but the header names the columns"):
+        log_samples(f"{log},gpus=0+2")
+    frame, note = log_samples(f"{log},gpus=0+1")
+    assert frame["device"].to_list() == [0, 1] and "(gpus= agrees)" in note

@@ -244,6 +244,12 @@ def parse_zeus_csv(
     if header:
         indices = [int(re.sub(r"\D", "", name) or -1) for name in header[1:]]
         how = "GPU indices from the header"
+        if gpus is not None and gpus != indices:
+            raise InputError(
+                f"{where}: gpus={'+'.join(map(str, gpus))} but the header names the columns "
+                f"{', '.join(header[1:])}: leave out gpus= (the header's indices are used)"
+            )
+        how += " (gpus= agrees)" if gpus is not None else ""
     else:
         indices = gpus if gpus is not None else list(range(width - 1))
         how = "GPU indices " + ("given" if gpus is not None else "assumed 0, 1, …")

@@ -56,6 +56,7 @@ def parse_spec(given: str | Path) -> LogSpec:
         return LogSpec(Path(text))
     pattern = r",(?=(?:" + "|".join(_OPTIONS) + r")=)"
     path, *options = re.split(pattern, text)
+    _check_option_names(text, path)
     values: dict[str, str] = {}
     for option in options:
         key, _, value = option.partition("=")
@@ -75,6 +76,19 @@ def parse_spec(given: str | Path) -> LogSpec:
         columns=values["columns"].split("+") if "columns" in values else None,
         format=fmt,
     )
+
+
+def _check_option_names(text: str, path: str) -> None:
+    """A misspelt option (``smi.csv,tzz=UTC``) is named, not read as part of the file name."""
+    head, *parts = text.split(",")
+    if Path(path).exists() or not parts or not Path(head).exists():
+        return
+    for part in parts:
+        key = part.partition("=")[0].strip()
+        if key not in _OPTIONS:
+            raise InputError(
+                f"{text}: unknown power-log option {key} (expected {', '.join(_OPTIONS)})"
+            )
 
 
 def is_power_log(given: str | Path) -> bool:
@@ -137,15 +151,36 @@ def read_power_log(given: str | Path) -> tuple[pl.DataFrame, str, str]:
             f"{where}: not a power log this tool reads (the NVML sampler's Parquet, nvidia-smi "
             "--query-gpu CSV, dcgmi dmon with stamped lines, Zeus PowerMonitor CSV)"
         )
-    if fmt.startswith("nvidia-smi"):
-        fmt = "nvidia-smi"
-        frame, read = parse_nvidia_smi(lines, spec.tz, spec.columns, where)
-    elif fmt == "dcgm":
-        frame, read = parse_dcgm_dmon(lines, spec.tz, where)
-    else:
-        frame, read = parse_zeus_csv(lines, spec.gpus, where)
-    frame = frame.filter(pl.col("wall_ns").is_not_null())
-    return frame, fmt, _describe(spec, fmt, frame, read)
+    fmt = "nvidia-smi" if fmt.startswith("nvidia-smi") else fmt
+    try:
+        frame, read = _parse(spec, fmt, lines, where)
+        frame = frame.filter(pl.col("wall_ns").is_not_null())
+        return frame, fmt, _describe(spec, fmt, frame, read)
+    except (InputError, pl.exceptions.PolarsError, ValueError, IndexError) as exc:
+        raise _parse_error(exc, spec, fmt, lines) from None
+
+
+def _parse_error(exc: Exception, spec: LogSpec, fmt: str, lines: pl.Series) -> Exception:
+    """One line for a log its parser cannot read: a forced format on another tool's file says so."""
+    found = detect_format(lines.head(5).to_list()) or ""
+    found = "nvidia-smi" if found.startswith("nvidia-smi") else found
+    if isinstance(exc, InputError) and (spec.format is None or found == fmt):
+        return exc
+    why = (str(exc).splitlines() or [type(exc).__name__])[0].removeprefix(f"{spec.path}: ")
+    if found and found != fmt:
+        return InputError(
+            f"{spec.path}: not a {FORMATS[fmt]} (it reads as {FORMATS.get(found, found)}: "
+            "leave out format=)"
+        )
+    return InputError(f"{spec.path}: cannot be read as a {FORMATS[fmt]} ({why})")
+
+
+def _parse(spec: LogSpec, fmt: str, lines: pl.Series, where: str) -> tuple[pl.DataFrame, str]:
+    if fmt == "nvidia-smi":
+        return parse_nvidia_smi(lines, spec.tz, spec.columns, where)
+    if fmt == "dcgm":
+        return parse_dcgm_dmon(lines, spec.tz, where)
+    return parse_zeus_csv(lines, spec.gpus, where)
 
 
 def _describe(spec: LogSpec, fmt: str, frame: pl.DataFrame, read: str) -> str:
@@ -273,3 +308,65 @@ def log_alignment(
         for note in logs["note"]
     ]
     return alignment, warnings
+
+
+def clip_to_capture(aligned: pl.DataFrame, span: tuple[int, int]) -> tuple[pl.DataFrame, list[str]]:
+    """Log readings limited to the capture ``span`` (trace clock), with a row at each end.
+
+    ``aligned``: ``device, t_ns, power_w, energy_mj, source`` of log rows. A log runs longer
+    than the trace; energy outside the capture is no part of the run. Readings outside
+    ``[start, end]`` are left out, and where a GPU has readings either side of an end, a row is
+    put at the end (``reading`` false: counted in no phase's samples or peak) that keeps the
+    energy rule of a phase end: the running total interpolated linearly between the two
+    readings around it (a counter: the counter interpolated; power alone: the start row
+    carries the reading before it, the end row the one after, so the trapezoid over the cut
+    interval is its mean power times the time inside). Energy up to the ends is then exactly
+    what a phase spanning the capture gets. One line per log with readings outside.
+    """
+    lo, hi = span
+    t = pl.col("t_ns")
+    ends = [_end_row(aligned, lo, start=True), _end_row(aligned, hi, start=False)]
+    inside = aligned.filter(t.is_between(lo, hi)).with_columns(pl.lit(True).alias("reading"))
+    clipped = pl.concat([inside, *ends], how="diagonal_relaxed").sort("device", "t_ns")
+    counts = aligned.group_by("source").agg(
+        pl.len().alias("n"), (~t.is_between(lo, hi)).sum().alias("out")
+    )
+    notes = [
+        f"power log {Path(source).name.split(',')[0]}: {out:,} of {n:,} readings outside the "
+        f"capture ({lo / 1e9:.3f} s to {hi / 1e9:.3f} s on the trace clock) left out; energy "
+        "up to the capture's ends interpolated between the readings either side"
+        for source, n, out in counts.sort("source").iter_rows()
+        if out
+    ]
+    return clipped, notes
+
+
+def _end_row(aligned: pl.DataFrame, at: int, *, start: bool) -> pl.DataFrame:
+    """Per GPU with readings either side of ``at`` and none at it: the row at ``at``."""
+    t = pl.col("t_ns")
+
+    def side(name: str, before: bool) -> pl.Expr:
+        picked = pl.col(name).filter(t < at if before else t > at)
+        return picked.last() if before else picked.first()
+
+    per = (
+        aligned.sort("device", "t_ns")
+        .group_by("device", maintain_order=True)
+        .agg(
+            *(side(c, True).alias(f"{c}0") for c in ("t_ns", "power_w", "energy_mj")),
+            *(side(c, False).alias(f"{c}1") for c in ("t_ns", "power_w", "energy_mj")),
+            (t == at).any().alias("hit"),
+            pl.col("source").first(),
+        )
+        .filter(pl.col("t_ns0").is_not_null() & pl.col("t_ns1").is_not_null() & ~pl.col("hit"))
+    )
+    f = (at - pl.col("t_ns0")) / (pl.col("t_ns1") - pl.col("t_ns0"))
+    counter = pl.col("energy_mj0") + (pl.col("energy_mj1") - pl.col("energy_mj0")) * f
+    return per.select(
+        "device",
+        pl.lit(at, dtype=pl.Int64).alias("t_ns"),
+        pl.col("power_w0" if start else "power_w1").alias("power_w"),
+        counter.cast(pl.Float64).alias("energy_mj"),
+        "source",
+        pl.lit(False).alias("reading"),
+    )

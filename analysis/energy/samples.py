@@ -9,8 +9,11 @@ session start are used instead, with a warning (accuracy = the hosts' clock sync
 only wall-clock time: ``trace time = UTC time − the traces' clock zero``, with a line per log
 saying what it is and lacks.
 
-Energy over an interval comes from the GPU's total-energy counter where every sample has it
-(linear interpolation at the interval's ends), else from trapezoidal integration of power.
+Energy over an interval comes from the GPU's total-energy counter where every sample has it,
+else from the running trapezoid of power at the readings (each interval between two readings
+gets their mean power times its length); at the interval's ends, which fall between readings,
+that running total is interpolated linearly (inside the reading interval holding an end: its
+mean power times the part inside).
 nsys's own ``GPU_METRICS`` power samples are not used yet (no export with power metrics was
 available to validate their layout against).
 """
@@ -29,7 +32,7 @@ from ..errors import InputError
 from ..frames import PolarsDataType, previous_and_next
 from ..normalize.devices import normalize_uuid
 from .power_logs import SAMPLER_FORMAT as _SAMPLER
-from .power_logs import is_power_log, log_alignment, log_hosts, log_samples
+from .power_logs import clip_to_capture, is_power_log, log_alignment, log_hosts, log_samples
 
 SAMPLE_COLUMNS = REQUIRED_SAMPLER_COLUMNS
 
@@ -117,13 +120,17 @@ def align(
     origin_utc_ns: int | None,
     op_devices: list[str],
     aliases: dict[str, str] | None = None,
+    capture_span_ns: tuple[int, int] | None = None,
 ) -> PowerData:
     """Samples → trace clock and device names; report how each sampler or log was aligned.
 
     ``aliases``: ``host:deviceId`` → device name, for samples without a UUID. A GPU sampled by
     several samplers (one per process, or two runs' files) keeps the samples of one sampler, the
     one with the most samples: interleaving two samplers' counters would break the energy sums.
-    Logs (:mod:`.power_logs`) are placed by their UTC time minus ``origin_utc_ns``.
+    Logs (:mod:`.power_logs`) are placed by their UTC time minus ``origin_utc_ns``, and with
+    ``capture_span_ns`` (earliest capture start, latest capture end, on the trace clock) limited
+    to it (:func:`.power_logs.clip_to_capture`: a log runs longer than the capture). The
+    sampler's samples are kept whole.
     """
     if "format" not in samples.columns:
         samples = samples.with_columns(
@@ -153,7 +160,15 @@ def align(
         .alias("t_ns"),
         "power_w",
         "energy_mj",
+        "source",
+        from_sampler.alias("sampler"),
     ).sort("device", "t_ns")
+    if capture_span_ns is not None and not aligned["sampler"].all():
+        logs, notes = clip_to_capture(aligned.filter(~pl.col("sampler")), capture_span_ns)
+        sampled = aligned.filter(pl.col("sampler")).with_columns(pl.lit(True).alias("reading"))
+        aligned = pl.concat([sampled, logs], how="diagonal_relaxed").sort("device", "t_ns")
+        warnings += notes
+    aligned = aligned.drop("source", "sampler")
     unknown = sorted(set(aligned["device"].unique()) - set(op_devices))
     if op_devices and unknown:
         warnings.append(
@@ -164,9 +179,10 @@ def align(
     has_counter = aligned.height > 0 and aligned["energy_mj"].null_count() == 0
     if aligned.height and not has_counter:
         warnings.append(AVERAGED_POWER_WARNING)
+    readings = aligned.filter(pl.col("reading")) if "reading" in aligned.columns else aligned
     dt = (
-        aligned.select(pl.col("t_ns").diff().over("device").median()).item()
-        if aligned.height > 1
+        readings.select(pl.col("t_ns").diff().over("device").median()).item()
+        if readings.height > 1
         else None
     )
     formats = "+".join(sorted(set(samples["format"].unique()))) if aligned.height else ""
@@ -245,7 +261,11 @@ def cumulative_energy(power: PowerData) -> pl.DataFrame:
         dt_s = pl.col("t_ns").diff().over("device").fill_null(0) / 1e9
         mean_w = (pl.col("power_w") + pl.col("power_w").shift(1).over("device")) / 2
         cum = (mean_w.fill_null(0) * dt_s).cum_sum().over("device")
-    return samples.with_columns(cum.alias("cum_j")).select("device", "t_ns", "power_w", "cum_j")
+    # rows put at a capture's ends (``reading`` false, :func:`align`) are no readings
+    extra = ["reading"] if "reading" in samples.columns else []
+    return samples.with_columns(cum.alias("cum_j")).select(
+        "device", "t_ns", "power_w", "cum_j", *extra
+    )
 
 
 def energy_at(cum: pl.DataFrame, queries: pl.DataFrame) -> pl.DataFrame:
@@ -299,7 +319,8 @@ def interval_energy(cum: pl.DataFrame, intervals: pl.DataFrame) -> pl.DataFrame:
 def _samples_inside(cum: pl.DataFrame, intervals: pl.DataFrame) -> pl.DataFrame:
     """Per interval: samples taken inside it and the highest power among them."""
     parts = []
-    for (device,), samples in cum.sort("t_ns").group_by("device", maintain_order=True):
+    readings = cum.filter(pl.col("reading")) if "reading" in cum.columns else cum
+    for (device,), samples in readings.sort("t_ns").group_by("device", maintain_order=True):
         mine = intervals.filter(pl.col("device") == device)
         if mine.is_empty():
             continue

@@ -107,7 +107,10 @@ def import_step(cfg: Config) -> tuple[list[Check], dict[str, ModeRun]]:
 
 
 def phase_summary(run: ModeRun) -> pl.DataFrame:
-    """The driver's phases, median over steps: wall, GPU busy, kernel, graph time, energy."""
+    """The driver's phases, median over steps: wall, GPU busy, kernel, graph time, energy.
+
+    Without a GPU in the capture (the dry run) the GPU columns are empty ("—"), never 0.
+    """
     rows = run.phases.filter(
         (pl.col("pid") == run.events["driver_pid"]) & (pl.col("attribution") == "window")
         & (pl.col("step") >= 1)
@@ -119,6 +122,8 @@ def phase_summary(run: ModeRun) -> pl.DataFrame:
             pl.len().alias("steps"),
             *(
                 (pl.col(c).median() / 1e6).round(3).alias(c.replace("_ns", "_ms"))
+                if c == "wall_ns" or run.devices
+                else pl.lit(None, pl.Float64).alias(c.replace("_ns", "_ms"))
                 for c in ("wall_ns", "gpu_busy_ns", "kernel_ns", "graph_ns")
             ),
             pl.col("energy_j").median().round(2),
