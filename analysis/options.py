@@ -18,6 +18,7 @@ from .errors import InputError
 
 #: How the exports are read: one after the other, in a process pool, or as Ray tasks.
 Engine = Literal["serial", "process", "ray"]
+ENGINES: tuple[Engine, ...] = ("serial", "process", "ray")
 
 #: Most GPU operations held in memory at once; bigger runs are spilled to Parquet.
 DEFAULT_CHUNK_OPS = 2_000_000
@@ -29,11 +30,12 @@ class AnalyzeOptions:
 
     ``phase_map``: a :class:`PhaseMap`, a TOML file (``--phase-map``) or None for the default
     map; ``all_ranges``: every NVTX range is a phase; ``strip_args``: PyTorch's argument
-    suffixes cut off range names. ``power_files``: NVML sampler files (None: those found beside
-    the traces; ``()``: none); ``idle_power_w``: a GPU's idle power, for idle energy.
+    suffixes cut off range names. ``power_files``: NVML sampler files or power logs (nvidia-smi
+    CSV, ``dcgmi dmon``, Zeus; :mod:`analysis.energy.power_logs`) (None: the sampler files found
+    beside the traces; ``()``: none); ``idle_power_w``: a GPU's idle power, for idle energy.
     ``jobs``/``engine``: read the exports in parallel; ``chunk_ops``/``spill_dir``: the memory
     budget and where bigger runs spill. ``force_combine``: analyze files that do not look like
-    one run together anyway. ``steps``: keep only these steps (``--steps``, e.g. ``"2-"``).
+    one run together anyway. ``steps``: keep only these steps (``--steps``, e.g. ``"2:"``).
     """
 
     phase_map: PhaseMap | str | Path | None = None
@@ -51,6 +53,7 @@ class AnalyzeOptions:
     _resolved: PhaseMap = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        self._check_types()
         if self.jobs < 1:
             raise InputError(f"jobs: {self.jobs} is not a number of processes (1 or more)")
         if self.chunk_ops < 1:
@@ -62,7 +65,9 @@ class AnalyzeOptions:
 
             parse_steps(self.steps)  # a bad spec fails before a long analysis
         if self.power_files is not None:
-            object.__setattr__(self, "power_files", tuple(Path(p) for p in self.power_files))
+            files = self.power_files
+            files = [files] if isinstance(files, str | Path) else files  # one file, not its letters
+            object.__setattr__(self, "power_files", tuple(Path(p) for p in files))
         pmap = self.phase_map
         if isinstance(pmap, str | Path):
             pmap = load_phase_map(pmap)
@@ -73,6 +78,38 @@ class AnalyzeOptions:
         pmap = pmap or default_phase_map()
         pmap = pmap.with_strip_args() if self.strip_args else pmap
         object.__setattr__(self, "_resolved", pmap.with_all_ranges() if self.all_ranges else pmap)
+
+    def _check_types(self) -> None:
+        """Values of the wrong type are one clear line (the CLI's parser checks its own)."""
+
+        def bad(name: str, expected: str) -> InputError:
+            value = getattr(self, name)
+            return InputError(
+                f"{name}: expected {expected}, got {value!r} ({type(value).__name__})"
+            )
+
+        for name in ("all_ranges", "strip_args", "force_combine"):
+            if not isinstance(getattr(self, name), bool):
+                raise bad(name, "True or False")
+        for name in ("jobs", "chunk_ops"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise bad(name, "an integer")
+        power = self.idle_power_w
+        if power is not None and (not isinstance(power, int | float) or isinstance(power, bool)):
+            raise bad("idle_power_w", "watts (a number) or None")
+        if self.engine not in ENGINES:
+            raise bad("engine", " or ".join(repr(e) for e in ENGINES))
+        if self.steps is not None and not isinstance(self.steps, str):
+            raise bad("steps", 'a --steps text such as "2:" or "1,3"')
+        if self.spill_dir is not None and not isinstance(self.spill_dir, str | Path):
+            raise bad("spill_dir", "a folder's path or None")
+        files = self.power_files
+        if files is not None and not (
+            isinstance(files, str | Path)
+            or (isinstance(files, Sequence) and all(isinstance(f, str | Path) for f in files))
+        ):
+            raise bad("power_files", "a file's path, a list of them, or None")
 
     @property
     def resolved_phase_map(self) -> PhaseMap:
@@ -122,6 +159,11 @@ OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(AnalyzeOptions) if f
 
 def options_from(options: AnalyzeOptions | None, changes: Mapping[str, Any]) -> AnalyzeOptions:
     """``options`` (default: all defaults) with ``changes``; an unknown name is an InputError."""
+    if options is not None and not isinstance(options, AnalyzeOptions):
+        raise InputError(
+            f"options: expected an AnalyzeOptions, got {type(options).__name__} "
+            "(pass options as keywords, or AnalyzeOptions(**them))"
+        )
     unknown = sorted(set(changes) - OPTION_NAMES)
     if unknown:
         raise InputError(

@@ -1,4 +1,4 @@
-"""Print :mod:`bench.run`'s results: the case table with its ratios, start-up, memory cap, targets."""
+"""Print :mod:`bench.run`'s results: cases with ratios, SQLite vs parquetdir, start-up, cap, targets."""
 
 from __future__ import annotations
 
@@ -57,6 +57,42 @@ def case_table(results: dict) -> Table:
             f"{case['analyze']['max_peak_rss_mb']:,.0f}",
             _fmt(stats),
             _fmt(stats / ana if stats else None, ".1f"),
+        )
+    return table
+
+
+def parquetdir_table(results: dict) -> Table | None:
+    """SQLite vs parquetdir input: ``analyze --no-figures`` on each copy of one export."""
+    cases = {k: c for k, c in results["cases"].items() if "parquetdir_no_figures" in c}
+    if not cases:
+        return None
+    table = Table(title="the same export as SQLite (b') and as a parquetdir (d'): --no-figures")
+    for column in (
+        "case (GPU ops)",
+        "SQLite MB",
+        "parquetdir MB",
+        "SQLite s (b')",
+        "parquetdir s (d')",
+        "d'/b'",
+        "SQLite peak RSS MB",
+        "parquetdir peak RSS MB",
+        "conversion s (once)",
+    ):
+        table.add_column(column, justify="right")
+    for label, case in cases.items():
+        sqlite, parquet = _wall(case, "no_figures"), _wall(case, "parquetdir_no_figures")
+        assert sqlite is not None and parquet is not None
+        case["ratio_parquetdir_over_sqlite"] = parquet / sqlite
+        table.add_row(
+            label,
+            f"{case['file_mb']:.0f}",
+            f"{case['parquetdir_mb']:.0f}",
+            f"{sqlite:.2f}",
+            f"{parquet:.2f}",
+            f"{parquet / sqlite:.2f}",
+            f"{case['no_figures']['max_peak_rss_mb']:,.0f}",
+            f"{case['parquetdir_no_figures']['max_peak_rss_mb']:,.0f}",
+            _fmt(case.get("parquetdir_convert_s"), ".1f") or "(kept)",
         )
     return table
 
@@ -165,6 +201,9 @@ def _target(name: str, value: float, goal: str) -> str:
 def print_results(console: Console, results: dict) -> None:
     """Print every table and line of a benchmark run."""
     console.print(case_table(results))
+    parquet = parquetdir_table(results)
+    if parquet is not None:
+        console.print(parquet)
     for line in growth_lines(results):
         console.print(line)
     console.print(startup_table(results["startup"]))

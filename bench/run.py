@@ -11,7 +11,11 @@ export, :mod:`bench.scale`). Each case is measured in one run, as whole processe
   b. ``nvtx-phases analyze`` as users run it (tables, figures, summary);
   b'. ``nvtx-phases analyze --no-figures``;
   c. ``nsys stats -r nvtxkernsum`` on a copy of the same file (when nsys is installed; once per
-     case from 5M operations up, where one run takes minutes).
+     case from 5M operations up, where one run takes minutes);
+  d'. ``nvtx-phases analyze --no-figures`` on the same export as a parquetdir (what ``nsys export
+     --type parquetdir`` writes; converted once with
+     :func:`nvtx_phases.analysis.read.convert.sqlite_to_parquetdir`, kept in bench_out/), beside
+     b' (``BENCH_PARQUETDIR=0`` skips it).
 
 Then start-up (a 3-step sample end to end, b and b'), and ``analyze`` on the largest export under
 a hard memory cap (``BENCH_MEM_CAP_MB``, default 2560): by default, and with every operation held
@@ -29,9 +33,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from nvtx_phases.analysis.normalize.events import OP_TABLES
+from nvtx_phases.analysis.read.convert import sqlite_to_parquetdir
+from nvtx_phases.analysis.read.parquetdir import is_parquetdir
 from nvtx_phases.analysis.synth.build import SynthConfig, generate
 from rich.console import Console
 
@@ -81,6 +88,21 @@ def export_for(n_ops: int, steps: int = STEPS) -> Path:
     )
     generate(path, cfg, with_truth=False)
     return check_export(path)
+
+
+def parquetdir_for(path: Path) -> tuple[Path, float | None]:
+    """The export as a parquetdir beside it (converted once), and the conversion's seconds."""
+    target = path.with_name(f"{path.stem}_pqtdir")
+    if is_parquetdir(target):
+        return target, None
+    began = time.perf_counter()
+    sqlite_to_parquetdir(path, target)
+    return target, time.perf_counter() - began
+
+
+def folder_mb(folder: Path) -> float:
+    """The size of every file in ``folder``, in MB."""
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
 
 
 def timed(command: list[str], *, cap: Cap | None = None, check: bool = True) -> dict:
@@ -146,9 +168,20 @@ def _medians(runs: dict[str, list[dict]]) -> dict:
     }
 
 
-def measure(path: Path, repeat: int, nsys: str | None, nsys_repeat: int) -> dict:
-    """Floor, analyze (default and --no-figures) and nvtxkernsum, interleaved ``repeat`` times."""
-    runs: dict[str, list[dict]] = {"floor": [], "analyze": [], "no_figures": [], "nsys": []}
+def measure(
+    path: Path, repeat: int, nsys: str | None, nsys_repeat: int, parquetdir: Path | None = None
+) -> dict:
+    """Floor, analyze (default, --no-figures, on the ``parquetdir`` copy), nvtxkernsum, interleaved.
+
+    Each is run ``repeat`` times (nvtxkernsum ``nsys_repeat`` times); medians are kept.
+    """
+    runs: dict[str, list[dict]] = {
+        "floor": [],
+        "analyze": [],
+        "no_figures": [],
+        "nsys": [],
+        "parquetdir_no_figures": [],
+    }
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "copy.sqlite"
         if nsys:
@@ -159,6 +192,10 @@ def measure(path: Path, repeat: int, nsys: str | None, nsys_repeat: int) -> dict
             )
             runs["analyze"].append(timed(analyze_command(path, f"{tmp}/a")))
             runs["no_figures"].append(timed(analyze_command(path, f"{tmp}/b", "--no-figures")))
+            if parquetdir is not None:
+                runs["parquetdir_no_figures"].append(
+                    timed(analyze_command(parquetdir, f"{tmp}/d", "--no-figures"))
+                )
             if nsys and attempt < nsys_repeat:
                 # a fresh name each time: nsys skips reports whose files exist
                 runs["nsys"].append(timed(nsys_command(nsys, copy, f"{tmp}/stats{attempt}")))
@@ -222,13 +259,19 @@ def main() -> None:
     for label, n, steps in cases():
         with console.status(f"{label}: generating (once; kept in {OUT}/)…"):
             path = export_for(n, steps)
+        parquet: dict = {}
+        if os.environ.get("BENCH_PARQUETDIR", "1") != "0":
+            with console.status(f"{label}: converting to a parquetdir (once)…"):
+                folder, convert_s = parquetdir_for(path)
+            parquet = {"parquetdir_mb": folder_mb(folder), "parquetdir_convert_s": convert_s}
         with console.status(f"{label}: measuring…"):
             nsys_repeat = 1 if n >= NSYS_ONCE_FROM else args.repeat
             results["cases"][label] = {
                 "n_ops": n,
                 "steps": steps,
                 "file_mb": path.stat().st_size / 1e6,
-                **measure(path, args.repeat, nsys, nsys_repeat),
+                **parquet,
+                **measure(path, args.repeat, nsys, nsys_repeat, folder if parquet else None),
             }
     with console.status("start-up: the 3-step sample…"):
         results["startup"] = startup(max(args.repeat, 5))

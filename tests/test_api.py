@@ -229,3 +229,26 @@ def test_steps_select_every_per_step_table():
             if isinstance(frame, pl.DataFrame) and "step" in frame.columns:
                 steps = set(frame["step"].drop_nulls())
                 assert steps <= {2}, table.name
+
+
+def test_option_values_of_the_wrong_type_are_one_line():
+    from nvtx_phases.analysis.errors import InputError
+    from nvtx_phases.analysis.options import AnalyzeOptions
+
+    power = SAMPLES / "grpo_synthetic.power.parquet"
+    assert AnalyzeOptions(power_files=str(power)).power_files == (power,)  # one file
+    cases = [
+        ({"steps": 2}, "steps: expected"),
+        ({"jobs": "4"}, "jobs: expected an integer"),
+        ({"idle_power_w": "abc"}, "idle_power_w: expected"),
+        ({"engine": "dask"}, "engine: expected"),
+        ({"all_ranges": "no"}, "all_ranges: expected True or False"),
+        ({"power_files": [1]}, "power_files: expected"),
+    ]
+    for fields, message in cases:
+        with pytest.raises(InputError, match=message):
+            AnalyzeOptions(**fields)
+    with pytest.raises(InputError, match="expected an AnalyzeOptions, got dict"):
+        analyze(SAMPLE, {"all_ranges": True})
+    with pytest.raises(InputError, match="no input"):
+        analyze([])

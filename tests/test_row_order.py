@@ -27,8 +27,6 @@ EXPORTS = [
 ]
 #: reversed, and two permutations of the rowids (a multiplicative hash modulo a prime)
 ORDERS = ("reverse", "7", "1009")
-#: outputs known to depend on row order (see the strict xfails below)
-KNOWN = ("gpu_activity.parquet", "summary:warnings")
 
 
 def _q(name: str) -> str:
@@ -107,25 +105,16 @@ def differences(tmp_path_factory) -> dict[str, list[str]]:
 
 
 def test_every_output_is_independent_of_row_order(differences):
-    unexpected = {k: v for k, v in differences.items() if k not in KNOWN}
-    assert not unexpected, unexpected
+    assert not differences, differences
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="op_id numbers operations in table order (op_local, analysis/run/spill.py "
-    "collect_ops) and gpu_activity.parquet keeps that order",
-)
 def test_gpu_activity_is_independent_of_row_order(differences):
+    """``op_id`` numbers operations in one canonical order (analysis/run/spill.py ``ORDER``)."""
     assert "gpu_activity.parquet" not in differences, differences["gpu_activity.parquet"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the 'none is a known phase' warning names the five most frequent ranges, ties in "
-    "order of appearance (analysis/run/pipeline.py _coverage_warnings)",
-)
 def test_warnings_are_independent_of_row_order(differences):
+    """The 'none is a known phase' warning's examples: most frequent first, ties by name."""
     assert "summary:warnings" not in differences, differences["summary:warnings"]
 
 

@@ -19,12 +19,13 @@ import polars as pl
 
 from ..attribute.buckets import Attributed, Bucket, attribute_buckets
 from ..energy.samples import PowerData, align, load_samples
-from ..errors import NothingToAnalyze, OutputError
+from ..errors import InputError, NothingToAnalyze, OutputError
 from ..frames import concat_or_empty
 from ..model import Analysis, GpuDevice, RunSummary, TraceInfo
 from ..normalize.events import MARKS_SCHEMA, NO_RANGES_HINT, RANGES_SCHEMA
 from ..normalize.launches import duplicate_warning, orphan_warning
 from ..options import AnalyzeOptions, options_from
+from ..read.export import trace_stem
 from ..step_spec import parse_steps
 from .clocks import check_combinable, clock_offsets
 from .inputs import resolve_trace_inputs
@@ -44,7 +45,7 @@ def find_power_files(paths: Sequence[Path]) -> list[Path]:
     found: list[Path] = []
     for path in paths:
         for candidate in (
-            path.with_name(path.stem + ".power.parquet"),
+            path.with_name(trace_stem(path) + ".power.parquet"),
             *sorted(path.parent.glob("power_*.parquet")),
         ):
             if candidate.exists() and candidate not in found:
@@ -62,17 +63,21 @@ def analyze(
 ) -> Analysis:
     """Analyze one run: its nsys exports (one per process or node), as the CLI takes them.
 
-    ``paths``: SQLite exports, ``.nsys-rep`` reports (exported first, the export cached) and
-    folders of them, as a path or a list. ``options`` (:class:`~analysis.options.AnalyzeOptions`)
-    or keywords naming its fields (``analyze(paths, jobs=4, steps="2-")``; with both, the
+    ``paths``: SQLite exports, parquetdir folders, PyTorch profiler (Kineto) traces,
+    ``.nsys-rep``/``.qdrep`` reports (exported first, the export cached) and folders of them, as
+    a path or a list. ``options`` (:class:`~analysis.options.AnalyzeOptions`) or keywords
+    naming its fields (``analyze(paths, jobs=4, steps="2:")``; with both, the
     keywords change ``options``); an unknown name is an ``InputError``. ``progress``: called
     with a line per stage; ``on_file_done``: with each export's name when it is read.
+    ``power_files`` (an option) also takes power logs (nvidia-smi CSV, ``dcgmi dmon``, Zeus).
     Files that are not one run (capture windows apart, or the same process in two files) are
     refused unless ``force_combine`` (:func:`analysis.run.clocks.check_combinable`).
     """
     opts = options_from(options, changes)
     if isinstance(paths, str | Path):
         paths = [paths]
+    if not paths:
+        raise InputError("no input: give the run's exports, reports, traces or their folder")
     files = resolve_trace_inputs([Path(p) for p in paths], notify=progress)
     provenance = started(files, opts)
     try:
@@ -137,7 +142,7 @@ def _analyze(
         if opts.power_files is not None
         else find_power_files(paths)
     )
-    power = _aligned_power(power_paths, marks, loaded, say) if power_paths else None
+    power = _aligned_power(power_paths, marks, loaded, offsets, say) if power_paths else None
     if power is not None:
         warnings += power.warnings
     edges = bucket_edges(
@@ -182,16 +187,25 @@ def _aligned_power(
     power_paths: list[Path],
     marks: pl.DataFrame,
     loaded: Sequence[LoadedTrace],
+    offsets: dict[str, int],
     say: Callable[[str], None],
 ) -> PowerData:
     say("aligning power samples")
     known = [t.clock_zero_utc_ns for t in loaded if t.clock_zero_utc_ns is not None]
+    # the capture on the run's clock: power logs are limited to it (when every file knows its own)
+    spans = [
+        (offsets[t.label], offsets[t.label] + t.duration_ns)
+        for t in loaded
+        if t.duration_ns is not None
+    ]
+    whole = len(spans) == len(loaded)
     return align(
         load_samples(power_paths),
         marks,
         origin_utc_ns=min(known) if known else None,
         op_devices=sorted({d for t in loaded for d in t.ops.devices}),
         aliases=device_aliases(loaded),
+        capture_span_ns=(min(s for s, _ in spans), max(e for _, e in spans)) if whole else None,
     )
 
 
@@ -219,14 +233,14 @@ def _buckets(
     say(
         f"attributing {sum(t.ops.n_ops for t in loaded):,} GPU operations in {len(edges)} bucket(s)"
     )
-    for number, (lo, hi) in enumerate(edges, start=1):
+    # each file's buckets in time order (spilled operations are numbered as they are read)
+    per_file = zip(*(t.ops.in_buckets(edges, offsets[t.label]) for t in loaded), strict=True)
+    for number, ((lo, hi), files) in enumerate(zip(edges, per_file, strict=True), start=1):
         if len(edges) > 1:
             say(f"attributing time bucket {number}/{len(edges)}")
         parts = [
-            t.ops.between(lo, hi, offsets[t.label]).with_columns(
-                (pl.col("op_local") + bases[t.label]).alias("op_id")
-            )
-            for t in loaded
+            part.with_columns((pl.col("op_local") + bases[t.label]).alias("op_id"))
+            for t, part in zip(loaded, files, strict=True)
         ]
         # each part is in op_local order and the bases grow with the file: already in op_id
         # order, so no sort (a gather of every column: 0.4 s per million operations)
@@ -337,7 +351,9 @@ def _coverage_warnings(ranges: pl.DataFrame, result: Attributed) -> list[str]:
     """Say why a table is empty or why GPU time has no detail, instead of staying silent."""
     warnings = []
     if ranges.height and not result.phases.height:
-        names = ranges["name"].value_counts(sort=True).head(5)["name"].to_list()
+        # the most frequent names; ties by name, not by which range came first
+        counts = ranges["name"].value_counts(name="n")
+        names = counts.sort(["n", "name"], descending=[True, False]).head(5)["name"].to_list()
         warnings.append(
             f"{ranges.height} NVTX range(s) (e.g. {', '.join(repr(n) for n in names)}) but none "
             "is a known phase: pass --all-ranges, or --phase-map FILE.toml naming yours"
@@ -371,6 +387,12 @@ def bucket_edges(
 
 
 def _unique_labels(paths: list[Path]) -> list[str]:
-    """File stems, made unique with the parent folder name where two files share a stem."""
-    stems = [p.stem for p in paths]
-    return [f"{p.parent.name}/{p.stem}" if stems.count(p.stem) > 1 else p.stem for p in paths]
+    """File stems, made unique with the parent folder name where two files share a stem.
+
+    A parquetdir folder's stem is the report's name (``X_pqtdir`` and ``X.parquetdir``: ``X``).
+    """
+    stems = [trace_stem(p) for p in paths]
+    return [
+        f"{p.parent.name}/{stem}" if stems.count(stem) > 1 else stem
+        for p, stem in zip(paths, stems, strict=True)
+    ]

@@ -3,17 +3,18 @@
 Exports up to ``chunk_ops`` operations stay in memory. Bigger ones are read in batches and
 written to Parquet parts in a spill folder as they come, so that reading never holds more than
 about ``chunk_ops`` operations; :mod:`analysis.run.pipeline` then takes them back one time window
-(bucket) at a time. Both give the same rows: ``op_local`` numbers them in table order
-(kernels, memcpys, memsets, each in file order).
+(bucket) at a time. Both give the same rows, numbered (``op_local``) in one canonical order,
+:data:`ORDER`, never in the order the export stores them: nsys ≥ 2025.6 may store rows in any order.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from ..errors import OutputError
@@ -29,6 +30,30 @@ BATCH_ROWS = 131_072
 SAMPLE_EVERY = 256
 
 STORE_SCHEMA: dict[str, PolarsDataType] = {**OPS_SCHEMA, **CALL_COLUMNS, "op_local": pl.Int64}
+
+#: The order operations are numbered in: start first (a bucket, a start-time window, is then one
+#: run of numbers, counted on from the buckets before it), then every other column a row of one
+#: file can differ in, so that rows left tied are identical. ``trace`` is the file's label, and the
+#: launch columns follow from ``(pid, correlation_id)`` (one call per key, see ``CallIndex``).
+#: ``name`` by its text: a Categorical's codes follow the order strings were first seen.
+ORDER: tuple[str | pl.Expr, ...] = (
+    "start_ns",
+    "end_ns",
+    "device",
+    "stream",
+    "correlation_id",
+    "kind",
+    "gpid",
+    "pid",
+    "bytes",
+    "op_class",
+    pl.col("name").cast(pl.String),
+)
+
+
+def canonical(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame``'s operations in :data:`ORDER` (nulls last)."""
+    return frame.sort(list(ORDER), nulls_last=True)
 
 
 @dataclass
@@ -50,7 +75,26 @@ class OpsStore:
     #: processes that issued operations
     pids: list[int]
 
-    def between(self, lo_ns: int | None, hi_ns: int | None, offset_ns: int) -> pl.DataFrame:
+    def in_buckets(
+        self, edges: Sequence[tuple[int | None, int | None]], offset_ns: int
+    ) -> Iterator[pl.DataFrame]:
+        """Each bucket's operations, shifted onto the run's clock and numbered (``op_local``).
+
+        ``edges``: consecutive windows ``[lo, hi)`` of the run's clock (None: open) that cover
+        it, in time order (:func:`analysis.run.pipeline.bucket_edges`). Spilled operations are
+        numbered here, counting on from the buckets before: the same numbers as held ones.
+        """
+        before = 0
+        for lo_ns, hi_ns in edges:
+            picked = self._between(lo_ns, hi_ns, offset_ns)
+            if self.frame is None:
+                picked = canonical(picked).with_columns(
+                    pl.int_range(before, before + picked.height, dtype=pl.Int64).alias("op_local")
+                )
+            before += picked.height
+            yield picked
+
+    def _between(self, lo_ns: int | None, hi_ns: int | None, offset_ns: int) -> pl.DataFrame:
         """Operations starting in ``[lo, hi)`` on the run's clock, shifted onto it (None: open)."""
         cond = pl.lit(True)
         if lo_ns is not None:
@@ -62,9 +106,9 @@ class OpsStore:
             whole = lo_ns is None and hi_ns is None
             picked = self.frame if whole else self.frame.filter(cond)
         elif self.files:
-            picked = pl.scan_parquet(self.files).filter(cond).collect().sort("op_local")
+            picked = pl.scan_parquet(self.files).filter(cond).collect()
         else:
-            picked = pl.DataFrame(schema=STORE_SCHEMA)
+            picked = pl.DataFrame(schema=STORE_SCHEMA).drop("op_local")
         if offset_ns:
             picked = picked.with_columns(
                 pl.col(c) + offset_ns
@@ -81,11 +125,14 @@ def collect_ops(
     chunk_ops: int = DEFAULT_CHUNK_OPS,
     spill_dir: Path | None = None,
 ) -> OpsStore:
-    """Link each batch of operations (ops layout) to its calls; keep or spill them."""
+    """Link each batch of operations (ops layout) to its calls; keep or spill them.
+
+    Held operations are numbered here (``op_local``, in :data:`ORDER`); spilled ones when their
+    bucket is read (:meth:`OpsStore.in_buckets`), which gives them the same numbers.
+    """
     held: list[pl.DataFrame] = []
     held_rows = 0
     files: list[Path] = []
-    samples: list[pl.Series] = []
     devices: set[str] = set()
     pids: set[int] = set()
     threads: list[pl.Series] = []
@@ -95,18 +142,14 @@ def collect_ops(
         nonlocal held, held_rows
         part = folder / f"ops-{_safe(label)}-{len(files):05d}.parquet"
         # sorted by start, in modest row groups: a bucket's filter then skips most groups
-        write_part(pl.concat(held).sort("start_ns"), part)
+        write_part(canonical(pl.concat(held)), part)
         files.append(part)
         held, held_rows = [], 0
 
     for batch in batches:
         if batch.is_empty():
             continue
-        linked = calls.link(batch).with_columns(
-            pl.int_range(n_ops, n_ops + batch.height, dtype=pl.Int64).alias("op_local")
-        )
-        # every op_local divisible by SAMPLE_EVERY: the same picks however batches fall
-        samples.append(linked["start_ns"].gather_every(SAMPLE_EVERY, offset=-n_ops % SAMPLE_EVERY))
+        linked = calls.link(batch)
         n_ops += batch.height
         n_orphans += linked["gtid"].null_count()
         devices.update(linked["device"].unique().to_list())
@@ -120,13 +163,19 @@ def collect_ops(
         spill(spill_dir)
     frame = None
     if not files:
-        frame = pl.concat(held) if held else pl.DataFrame(schema=STORE_SCHEMA)
+        frame = (
+            canonical(pl.concat(held)).with_columns(
+                pl.int_range(pl.len(), dtype=pl.Int64).alias("op_local")
+            )
+            if held
+            else pl.DataFrame(schema=STORE_SCHEMA)
+        )
     return OpsStore(
         label=label,
         frame=frame,
         files=files,
         n_ops=n_ops,
-        start_sample=pl.concat(samples) if samples else pl.Series("start_ns", [], dtype=pl.Int64),
+        start_sample=_start_sample(frame, files, n_ops),
         devices=sorted(devices),
         launch_threads=pl.DataFrame(
             {"trace": label, "gtid": pl.concat(threads).unique() if threads else []},
@@ -135,6 +184,24 @@ def collect_ops(
         n_orphans=n_orphans,
         pids=sorted(pids),
     )
+
+
+def _start_sample(frame: pl.DataFrame | None, files: list[Path], n_ops: int) -> pl.Series:
+    """Every SAMPLE_EVERY-th start in start order: the same sample in whatever order rows come.
+
+    Spilled: the parts' start columns, one part at a time, into one array sorted in place
+    (8 bytes per operation, about a fifteenth of what holding the operations would take).
+    """
+    if frame is not None:
+        return frame["start_ns"].gather_every(SAMPLE_EVERY)
+    starts = np.empty(n_ops, dtype=np.int64)
+    at = 0
+    for part in files:
+        column = pl.read_parquet(part, columns=["start_ns"])["start_ns"].to_numpy()
+        starts[at : at + len(column)] = column
+        at += len(column)
+    starts.sort()
+    return pl.Series("start_ns", starts[::SAMPLE_EVERY], dtype=pl.Int64)
 
 
 def _safe(label: str) -> str:
