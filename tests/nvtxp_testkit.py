@@ -182,3 +182,33 @@ def displayed(value: float, digits: int, pct: bool = False) -> str:
     while pct and value != 100 and round(value, digits) == 100 and digits < 3:
         digits += 1
     return f"{value:,.{digits}f}"
+
+
+def output_digests(
+    trace: Path, out: Path, *, all_ranges: bool, name: str | None = None
+) -> dict[str, object]:
+    """Every file ``analyze`` writes for ``trace``, by name: its sha256 (summary.json: its parts
+    but provenance and trace paths), or the one-line error. ``name``: a file name to mask."""
+    import hashlib
+    import json
+
+    from nvtx_phases.analysis.errors import AnalysisError
+    from nvtx_phases.analysis.jobs import analyze_to
+
+    def masked(text: str) -> str:
+        return text.replace(name, "NAME") if name else text
+
+    try:
+        analyze_to([trace], out, figures=True, power_files=[], all_ranges=all_ranges)
+    except AnalysisError as exc:
+        return {"error": masked(str(exc).replace(str(trace), "TRACE"))}
+    found: dict[str, object] = {}
+    for path in sorted(out.rglob("*")):
+        if path.is_file() and path.name != "summary.json":
+            found[str(path.relative_to(out))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    summary = json.loads(masked((out / "summary.json").read_text()))
+    summary.pop("provenance")
+    for entry in summary.get("traces", []):
+        entry.pop("path")
+    found.update({f"summary:{k}": v for k, v in summary.items()})
+    return found

@@ -10,8 +10,6 @@ in warnings aside).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 from pathlib import Path
 
@@ -19,14 +17,13 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from nvtx_phases.analysis.errors import AnalysisError, TraceReadError
-from nvtx_phases.analysis.jobs.run import analyze_to
+from nvtx_phases.analysis.errors import TraceReadError
 from nvtx_phases.analysis.read import specs as T
 from nvtx_phases.analysis.read.convert import sqlite_to_parquetdir
 from nvtx_phases.analysis.read.export import open_export, read_export
 from nvtx_phases.analysis.read.parquetdir import ParquetDirExport, is_parquetdir
 from nvtx_phases.analysis.run.inputs import folder_inputs, resolve_trace_inputs
-from nvtxp_testkit import REPO, SPLIT_SAMPLE, TRACES
+from nvtxp_testkit import REPO, SPLIT_SAMPLE, TRACES, output_digests
 
 EXPORTS = [
     *sorted(TRACES.glob("*.sqlite")),
@@ -36,22 +33,8 @@ EXPORTS = [
 
 
 def outputs(trace: Path, out: Path, all_ranges: bool = True) -> dict[str, object]:
-    """Every file ``analyze`` writes: its sha256 (summary.json: its parts), or the error."""
-    name = trace.name
-    try:
-        analyze_to([trace], out, figures=True, power_files=[], all_ranges=all_ranges)
-    except AnalysisError as exc:
-        return {"error": str(exc).replace(str(trace), "TRACE").replace(name, "NAME")}
-    found: dict[str, object] = {}
-    for path in sorted(out.rglob("*")):
-        if path.is_file() and path.name != "summary.json":
-            found[str(path.relative_to(out))] = hashlib.sha256(path.read_bytes()).hexdigest()
-    summary = json.loads((out / "summary.json").read_text().replace(name, "NAME"))
-    summary.pop("provenance")
-    for entry in summary.get("traces", []):
-        entry.pop("path")
-    found.update({f"summary:{k}": v for k, v in summary.items()})
-    return found
+    """Every file ``analyze`` writes (:func:`nvtxp_testkit.output_digests`), the name masked."""
+    return output_digests(trace, out, all_ranges=all_ranges, name=trace.name)
 
 
 @pytest.fixture(scope="module")

@@ -10,15 +10,11 @@ original's (``summary.json`` without its provenance and input paths).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import sqlite3
 from pathlib import Path
 
 import pytest
-from nvtx_phases.analysis.errors import AnalysisError
-from nvtx_phases.analysis.jobs.run import analyze_to
-from nvtxp_testkit import REPO, TRACES
+from nvtxp_testkit import REPO, TRACES, output_digests
 
 EXPORTS = [
     *sorted(TRACES.glob("*.sqlite")),
@@ -66,21 +62,8 @@ def shuffled_copy(source: Path, target: Path, order: str) -> Path:
 
 
 def outputs(trace: Path, out: Path, all_ranges: bool) -> dict[str, object]:
-    """Every file ``analyze`` writes, by name: its sha256 (summary.json: its parts), or the error."""
-    try:
-        analyze_to([trace], out, figures=True, power_files=[], all_ranges=all_ranges)
-    except AnalysisError as exc:
-        return {"error": str(exc).replace(str(trace), "TRACE")}
-    found: dict[str, object] = {}
-    for path in sorted(out.rglob("*")):
-        if path.is_file() and path.name != "summary.json":
-            found[str(path.relative_to(out))] = hashlib.sha256(path.read_bytes()).hexdigest()
-    summary = json.loads((out / "summary.json").read_text())
-    summary.pop("provenance")
-    for entry in summary.get("traces", []):
-        entry.pop("path")
-    found.update({f"summary:{k}": v for k, v in summary.items()})
-    return found
+    """Every file ``analyze`` writes, by name (:func:`nvtxp_testkit.output_digests`)."""
+    return output_digests(trace, out, all_ranges=all_ranges)
 
 
 @pytest.fixture(scope="module")
