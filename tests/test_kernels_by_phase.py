@@ -364,7 +364,13 @@ def test_report_shows_the_section_from_a_folder_and_copes_without_it(tmp_path):
     done = runner.invoke(app, ["report", str(out), "--out", str(tmp_path / "rep")])
     assert done.exit_code == 0, done.output
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert "## Top kernels per phase" in md
+    assert "## Top kernels per phase (all steps;" in md
+    done = runner.invoke(app, ["report", str(out), "--steps", "2", "--out", str(tmp_path / "sel")])
+    assert done.exit_code == 0, done.output
+    assert (
+        "## Top kernels per phase (the selected steps;"
+        in (tmp_path / "sel" / "report.md").read_text()
+    )
     # human units; "<" escaped for Markdown (a range name could be raw HTML)
     assert (
         "| step/gen | window | 105.0 ms | 1 | void cutlass::Kernel\\<gemm_bf16\\>(Params) |" in md

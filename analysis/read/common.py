@@ -12,7 +12,7 @@ from typing import Protocol
 
 import polars as pl
 
-from ..errors import TraceReadError
+from ..errors import MissingColumns, TraceReadError
 from .specs import TableSpec
 
 
@@ -57,6 +57,28 @@ def resolve_table(spec: TableSpec, table_names: Collection[str]) -> str | None:
 def source_column(spec: TableSpec, col: str, present: Collection[str]) -> str | None:
     """The stored name of declared column ``col`` (itself or an alias), None when absent."""
     return next((c for c in (col, *spec.aliases.get(col, ())) if c in present), None)
+
+
+def plan_columns(
+    spec: TableSpec, table: str, present: Collection[str], path: Path
+) -> tuple[dict[str, str], list[str]]:
+    """Declared column → stored column of ``spec`` in ``table``, and the optional ones it lacks.
+
+    Required columns come first, then optional ones; a required one missing is
+    :class:`MissingColumns`.
+    """
+    chosen: dict[str, str] = {}
+    missing_required: list[str] = []
+    absent_optional: list[str] = []
+    for col in (*spec.required, *spec.optional):
+        source = source_column(spec, col, present)
+        if source is None:
+            (missing_required if col in spec.required else absent_optional).append(col)
+        else:
+            chosen[col] = source
+    if missing_required:
+        raise MissingColumns(str(path), table, missing_required)
+    return chosen, absent_optional
 
 
 def with_absent(

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import polars as pl
 
-from ..errors import MissingColumns, TraceReadError
-from .common import decode_text_columns, read_error, resolve_table, source_column, with_absent
+from ..errors import TraceReadError
+from .common import decode_text_columns, plan_columns, read_error, resolve_table, with_absent
 from .specs import TableSpec
 
 #: How folders written by nsys (``REPORT_pqtdir``, the name its export gives by default) or by
@@ -93,18 +93,7 @@ class ParquetDirExport:
         table = self.resolve_table(spec)
         if table is None:
             return None
-        present = self.columns(table)
-        chosen: dict[str, str] = {}
-        missing_required: list[str] = []
-        absent_optional: list[str] = []
-        for col in (*spec.required, *spec.optional):
-            source = source_column(spec, col, present)
-            if source is None:
-                (missing_required if col in spec.required else absent_optional).append(col)
-            else:
-                chosen[col] = source
-        if missing_required:
-            raise MissingColumns(str(self.path), table, missing_required)
+        chosen, absent_optional = plan_columns(spec, table, self.columns(table), self.path)
         return table, chosen, absent_optional
 
     def read(self, spec: TableSpec) -> pl.DataFrame | None:

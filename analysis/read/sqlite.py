@@ -17,8 +17,8 @@ import adbc_driver_manager as adbc
 import adbc_driver_sqlite
 import polars as pl
 
-from ..errors import MissingColumns, TraceReadError
-from .common import decode_text_columns, read_error, resolve_table, source_column, with_absent
+from ..errors import TraceReadError
+from .common import decode_text_columns, plan_columns, read_error, resolve_table, with_absent
 from .specs import TableSpec
 
 
@@ -96,23 +96,15 @@ class SqliteExport:
         table = self.resolve_table(spec)
         if table is None:
             return None
-        present = set(self.columns(table))
+        chosen, absent_optional = plan_columns(spec, table, set(self.columns(table)), self.path)
         select: list[str] = []
         text: list[str] = []
-        missing_required: list[str] = []
-        absent_optional: list[str] = []
-        for col in (*spec.required, *spec.optional):
-            source = source_column(spec, col, present)
-            if source is None:
-                (missing_required if col in spec.required else absent_optional).append(col)
-                continue
+        for col, source in chosen.items():
             if col in spec.text:
                 text.append(col)
                 select.append(f"CAST({_quote_ident(source)} AS BLOB) AS {_quote_ident(col)}")
             else:
                 select.append(f"{_quote_ident(source)} AS {_quote_ident(col)}")
-        if missing_required:
-            raise MissingColumns(str(self.path), table, missing_required)
         return f"SELECT {', '.join(select)} FROM {_quote_ident(table)}", absent_optional, text
 
     def read(self, spec: TableSpec) -> pl.DataFrame | None:

@@ -23,7 +23,7 @@ REPORT_PHASES = 5
 REPORT_KERNELS = 5
 #: kernel names longer than this are cut in the report (with "…")
 REPORT_NAME_CHARS = 90
-SECTION_TITLE = "Top kernels per phase (all steps; the phases with the most kernel time)"
+SECTION_TITLE = "Top kernels per phase ({steps}; the phases with the most kernel time)"
 
 
 def kernel_sections(analysis: Analysis, folder: str | Path | None) -> list[Section]:
@@ -37,7 +37,8 @@ def kernel_sections(analysis: Analysis, folder: str | Path | None) -> list[Secti
     table = read_kernels_by_phase(folder) if folder is not None and whole_run else None
     if table is None and has_kernel_columns(analysis):
         table = kernels_by_phase(analysis.gpu_activity, analysis.phases, top=REPORT_KERNELS)
-    section = top_kernels_section(table) if table is not None else None
+    steps = "all steps" if whole_run else "the selected steps"
+    section = top_kernels_section(table, steps=steps) if table is not None else None
     return [section] if section is not None else []
 
 
@@ -54,9 +55,13 @@ def _short(name: str) -> str:
 
 
 def top_kernels_section(
-    table: pl.DataFrame, *, phases: int = REPORT_PHASES, kernels: int = REPORT_KERNELS
+    table: pl.DataFrame,
+    *,
+    phases: int = REPORT_PHASES,
+    kernels: int = REPORT_KERNELS,
+    steps: str = "all steps",
 ) -> Section | None:
-    """The report section: the top ``kernels`` of the ``phases`` largest phases (all steps).
+    """The report section: the top ``kernels`` of the ``phases`` largest phases over ``steps``.
 
     Phases are (attribution, path) pairs ranked by their kernel time; None when no phase ran a
     kernel.
@@ -88,4 +93,4 @@ def top_kernels_section(
         (pl.col("mean_ns") / 1e3).alias("mean µs"),
         pl.col("share_pct").alias("share %"),
     )
-    return SECTION_TITLE, frame
+    return SECTION_TITLE.format(steps=steps), frame
