@@ -86,6 +86,67 @@ SUBPHASES: tuple[str, ...] = (
     "reward_fn",
 )
 
+#: Phases of asynchronous (disaggregated) RL, where a trainer and a rollouter drive separate GPU
+#: pools. VeRL 0.9.1's ``FullyAsyncTrainer.fit_step`` marks ``wait_for_enough_samples`` and
+#: ``timing_s/param_sync`` (read as ``param_sync``: a ``/`` would split the phase path; its
+#: ``gen`` takes samples from the rollouter's queue). The rollouter's ranges are nvtx_phases's
+#: VeRL hooks' (:mod:`nvtx_phases.verl`), each carrying the parameter version as its step index:
+#: ``version`` spans one parameter version (a step of the rollout axis: :data:`VERSION`), inside
+#: it ``gen`` (generating), ``param_sync`` (paused for the weight update: the refit bubble),
+#: ``partial_pause`` (in-flight samples interrupted for the update, with partial rollout),
+#: ``staleness_wait`` (the staleness limit reached: waiting for the trainer to consume) and
+#: ``validate``.
+ASYNC_PHASES: tuple[str, ...] = (
+    "wait_for_enough_samples",
+    "param_sync",
+    "partial_pause",
+    "staleness_wait",
+    "validate",
+)
+#: Names VeRL's async trainer and rollouter time under that are not path-safe, and the phase
+#: each counts as.
+ASYNC_RENAMES: dict[str, str] = {
+    "timing_s/param_sync": "param_sync",
+    "rollouter/validate_time": "validate",
+}
+#: The step-like range of the rollout axis: one per parameter version of the rollouter.
+VERSION = "version"
+
+#: Message prefix of the mark a process emits once (in domain :data:`DOMAIN`) to say which GPU
+#: pool it belongs to and, for a process that drives GPUs, which ones (their UUIDs, as NVML
+#: spells them: ``GPU-…``): ``nvtx_phases.pool role=rollout gpus=GPU-8f…,GPU-1c…``. Processes of
+#: one role form one pool (:func:`pool_mark_text` writes it, :data:`POOL_MARK_PATTERN` reads it).
+POOL_MARK = "nvtx_phases.pool"
+#: Regular expression with two groups (``role``, comma-separated ``gpus`` or empty) of a pool mark.
+POOL_MARK_PATTERN = r"^nvtx_phases\.pool role=([A-Za-z0-9_.:-]+)(?: gpus=([A-Za-z0-9_.:,-]*))?$"
+#: Message prefix of the mark the trainer emits per step for the samples it trains on:
+#: ``nvtx_phases.samples step=12 version=3 versions=2:32,3:96`` (its step, its parameter version,
+#: and how many samples each parameter version generated). Staleness = version − sample version.
+SAMPLES_MARK = "nvtx_phases.samples"
+#: Regular expression with three groups (``step``, ``version``, ``versions``) of a samples mark.
+SAMPLES_MARK_PATTERN = (
+    r"^nvtx_phases\.samples step=(-?\d+) version=(-?\d+) versions=((?:-?\d+:\d+,?)*)$"
+)
+_ROLE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
+
+
+def pool_mark_text(role: str, gpus: tuple[str, ...] | list[str] = ()) -> str:
+    """The NVTX mark message naming a process's pool ``role`` and the GPUs it drives."""
+    if not role or not set(role) <= _ROLE_CHARS:
+        raise ValueError(f"pool role {role!r}: use letters, digits and _ . : - only")
+    text = f"{POOL_MARK} role={role}"
+    listed = [g for g in gpus if g]
+    if any(not set(g) <= _ROLE_CHARS for g in listed):
+        raise ValueError(f"GPU ids {listed!r}: use letters, digits and _ . : - only")
+    return f"{text} gpus={','.join(listed)}" if listed else text
+
+
+def samples_mark_text(step: int, version: int, sample_versions: dict[int, int]) -> str:
+    """The NVTX mark message for the samples trainer step ``step`` (at ``version``) trains on."""
+    versions = ",".join(f"{int(v)}:{int(n)}" for v, n in sorted(sample_versions.items()))
+    return f"{SAMPLES_MARK} step={int(step)} version={int(version)} versions={versions}"
+
+
 #: Colors (ARGB) per phase, so the same phase looks the same in every Nsight timeline.
 PHASE_COLORS: dict[str, int] = {
     "step": 0xFF4C72B0,
