@@ -199,6 +199,8 @@ class RunSummary:
     provenance: Provenance | None = None
     #: what ``--steps`` kept and excluded (None: the whole run); see analysis.run.select
     selection: dict[str, Any] | None = None
+    #: the run's GPU pools, each with its GPU time balance (``pools.csv``'s rows); None: no pools
+    pools: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The ``summary.json`` object: one flat mapping, keys in a fixed order."""
@@ -224,6 +226,8 @@ class RunSummary:
         }
         if self.selection is not None:
             out["selection"] = self.selection
+        if self.pools is not None:
+            out["pools"] = self.pools
         return out
 
     @classmethod
@@ -241,11 +245,20 @@ class RunSummary:
                 devices=[GpuDevice(**_fields(GpuDevice, d)) for d in data["devices"]],
                 provenance=Provenance.from_dict(provenance) if provenance is not None else None,
                 selection=data.get("selection"),
+                pools=data.get("pools"),
                 **{
                     f.name: data[f.name]
                     for f in dataclasses.fields(cls)
                     if f.name
-                    not in ("gpu", "energy", "traces", "devices", "provenance", "selection")
+                    not in (
+                        "gpu",
+                        "energy",
+                        "traces",
+                        "devices",
+                        "provenance",
+                        "selection",
+                        "pools",
+                    )
                 },
             )
         except (KeyError, TypeError) as exc:
@@ -296,6 +309,18 @@ class Analysis:
     #: nsys GPU metrics per (phase row, GPU, metric): ``n_samples, mean, p95, min, max``; None
     #: when no export holds GPU metrics (:mod:`analysis.aggregate.gpu_metrics`).
     gpu_metrics: pl.DataFrame | None = None
+    #: One row per GPU pool (``pool, source, n_devices, devices, processes, total_gpu_ns,
+    #: attributed_gpu_ns, unattributed_gpu_ns, gpu_time_conserved``); None for a run without
+    #: pools (one pool of every GPU: :mod:`analysis.attribute.pools`).
+    pools: pl.DataFrame | None = None
+    #: Idle GPU time per pool, step (or parameter version) and cause (``pool, step, cause,
+    #: n_devices, wall_ns, gpu_busy_ns, idle_ns``; :mod:`analysis.attribute.idle_causes`); None
+    #: for a run without pools.
+    idle_causes: pl.DataFrame | None = None
+    #: Staleness of each trainer step's samples (``step, version, n_samples, min_lag, mean_lag,
+    #: max_lag, stale_share, sample_versions``; :mod:`analysis.aggregate.staleness`); None
+    #: without samples marks.
+    staleness: pl.DataFrame | None = None
     #: What the analysis noticed about its inputs that changes no number (e.g. no GPU metrics
     #: captured); the commands print them as notes. Not saved.
     notes: tuple[str, ...] = field(default=(), compare=False)

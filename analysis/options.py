@@ -36,6 +36,9 @@ class AnalyzeOptions:
     ``jobs``/``engine``: read the exports in parallel; ``chunk_ops``/``spill_dir``: the memory
     budget and where bigger runs spill. ``force_combine``: analyze files that do not look like
     one run together anyway. ``steps``: keep only these steps (``--steps``, e.g. ``"2:"``).
+    ``pools``: the run's GPU pools, name → patterns (``--pool``; before the phase map's
+    ``[pools]``; None: from the processes' pool marks, else inferred; see
+    :mod:`analysis.attribute.pools`).
     """
 
     phase_map: PhaseMap | str | Path | None = None
@@ -49,6 +52,7 @@ class AnalyzeOptions:
     spill_dir: str | Path | None = None
     force_combine: bool = False
     steps: str | None = None
+    pools: Mapping[str, Sequence[str]] | None = None
     #: the map read once, here, so a bad file fails before a long analysis
     _resolved: PhaseMap = field(init=False, repr=False, compare=False)
 
@@ -68,6 +72,10 @@ class AnalyzeOptions:
             files = self.power_files
             files = [files] if isinstance(files, str | Path) else files  # one file, not its letters
             object.__setattr__(self, "power_files", tuple(Path(p) for p in files))
+        if self.pools is not None:
+            object.__setattr__(
+                self, "pools", {str(k): tuple(v) for k, v in self.pools.items()} or None
+            )
         pmap = self.phase_map
         if isinstance(pmap, str | Path):
             pmap = load_phase_map(pmap)
@@ -104,6 +112,20 @@ class AnalyzeOptions:
             raise bad("steps", 'a --steps text such as "2:" or "1,3"')
         if self.spill_dir is not None and not isinstance(self.spill_dir, str | Path):
             raise bad("spill_dir", "a folder's path or None")
+        pools = self.pools
+        if pools is not None and not (
+            isinstance(pools, Mapping)
+            and all(
+                isinstance(v, Sequence)
+                and not isinstance(v, str)
+                and all(isinstance(p, str) for p in v)
+                for v in pools.values()
+            )
+        ):
+            raise bad(
+                "pools",
+                'a mapping of pool names to lists of patterns, e.g. {"rollout": ["rollout_*"]}',
+            )
         files = self.power_files
         if files is not None and not (
             isinstance(files, str | Path)
@@ -115,6 +137,13 @@ class AnalyzeOptions:
     def resolved_phase_map(self) -> PhaseMap:
         """The phase map the analysis uses: the file or map given, with the two flags applied."""
         return self._resolved
+
+    @property
+    def resolved_pools(self) -> dict[str, tuple[str, ...]] | None:
+        """The pools given: ``pools``, else the phase map's ``[pools]``, else None."""
+        if self.pools:
+            return dict(self.pools)  # type: ignore[arg-type]
+        return dict(self._resolved.pools) or None
 
     @property
     def phase_map_file(self) -> Path | None:
@@ -151,6 +180,8 @@ class AnalyzeOptions:
             "spill_dir": None if self.spill_dir is None else str(Path(self.spill_dir).absolute()),
             "force_combine": self.force_combine,
             "steps": self.steps,
+            # only when given: the provenance of a run without pools is as it was
+            **({"pools": {k: list(v) for k, v in self.pools.items()}} if self.pools else {}),
         }
 
 

@@ -78,8 +78,12 @@ def test_default_map_knows_verl_091_stage_labels_under_their_own_names():
         pm.canonical(pl.col("name")).alias("canonical"),
     )
     assert out["phase"].to_list() == [True] * len(names)
-    assert out["canonical"].to_list() == names  # nothing renamed by default
-    assert pm.rename == ()
+    assert out["canonical"].to_list() == names  # VeRL's colocated labels keep their names
+    # only the async trainer's and rollouter's keyed timers are renamed (they hold a "/")
+    assert dict(pm.rename) == {
+        "timing_s/param_sync": "param_sync",
+        "rollouter/validate_time": "validate",
+    }
 
 
 def verl_source() -> Path:

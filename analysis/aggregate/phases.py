@@ -214,7 +214,11 @@ def window_metrics(
 
 
 def phase_table(phases: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
-    """One row per (trace, pid, step, path, phase, attribution), instances of a path summed."""
+    """One row per (trace, pid, step, path, phase, attribution), instances of a path summed.
+
+    ``phases`` with a ``pool`` column (a run with GPU pools): the table ends with it.
+    """
+    pooled = ["pool"] if "pool" in phases.columns else []
     if CUT not in phases.columns:  # ranges not marked (no capture end known): none is cut
         phases = phases.with_columns(pl.lit(False).alias(CUT))
     rows = (
@@ -263,6 +267,7 @@ def phase_table(phases: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
             .then(pl.col("below_sampling_interval").any(ignore_nulls=True))
             .alias("below_sampling_interval"),
             pl.col(CUT).any(),
+            *(pl.col(c).first() for c in pooled),
         )
         .with_columns((pl.col("energy_j") / (pl.col("wall_ns") / 1e9)).alias("avg_power_w"))
         .sort(
@@ -270,7 +275,7 @@ def phase_table(phases: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
             nulls_last=True,
         )
     )
-    return table.select(PHASE_TABLE_COLUMNS)
+    return table.select(*PHASE_TABLE_COLUMNS, *pooled)
 
 
 def _process_columns() -> list[pl.Expr]:

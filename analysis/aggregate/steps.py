@@ -49,28 +49,42 @@ def _process_busy_pct(columns: list[str]) -> pl.Expr:
     return pl.when(busy.is_not_null().any() & (capacity > 0)).then(busy.sum() / capacity * 100)
 
 
-def step_phase_metrics(phases: pl.DataFrame) -> pl.DataFrame:
-    """One row per (step, path, attribution) with every metric of :data:`STEP_METRICS`.
+def group_keys(phases: pl.DataFrame) -> list[str]:
+    """A phase's keys over steps: ``step, path, attribution``, and ``pool`` in a run with pools."""
+    return ["step", "path", "attribution", *(["pool"] if "pool" in phases.columns else [])]
 
-    Rows cut at the capture's end are left out (:func:`cut_note`).
+
+def _known_sum(column: pl.Expr) -> pl.Expr:
+    """The sum, null when a row's value is unknown (GPU work not captured), never a partial 0."""
+    return pl.when(column.is_null().any()).then(None).otherwise(column.sum())
+
+
+def step_phase_metrics(phases: pl.DataFrame) -> pl.DataFrame:
+    """One row per (step, path, attribution[, pool]) with every metric of :data:`STEP_METRICS`.
+
+    Rows cut at the capture's end are left out (:func:`cut_note`). A metric of a row whose
+    GPU work was not captured (null: :mod:`analysis.attribute.not_captured`) stays null.
     """
     with_energy = pl.col("energy_j").is_not_null().any()
     graph = pl.col("graph_ns") if "graph_ns" in phases.columns else pl.lit(0)
+    keys = group_keys(phases)
     return (
         phases.filter(pl.col("step").is_not_null() & ~is_cut(phases))
-        .sort("step", "path", "attribution", "trace", "pid")  # float sums in a fixed order
-        .group_by("step", "path", "attribution")
+        .sort(*keys, "trace", "pid")  # float sums in a fixed order
+        .group_by(*keys)
         .agg(
             (pl.col("wall_ns").max() / 1e6).alias("wall_ms"),
             (
-                pl.col("gpu_busy_ns").sum() / (pl.col("wall_ns") * pl.col("n_devices")).sum() * 100
+                _known_sum(pl.col("gpu_busy_ns"))
+                / (pl.col("wall_ns") * pl.col("n_devices")).sum()
+                * 100
             ).alias("gpu_busy_pct"),
             _process_busy_pct(phases.columns).alias("process_gpu_busy_pct"),
-            (pl.col("kernel_ns").sum() / 1e6).alias("kernel_ms"),
-            ((pl.col("kernel_ns") + graph).sum() / 1e6).alias("gpu_time_ms"),
-            (pl.col("nccl_ns").sum() / 1e6).alias("nccl_ms"),
-            (pl.col("memcpy_ns").sum() / 1e6).alias("memcpy_ms"),
-            (pl.col("memcpy_bytes").sum() / 1e6).alias("memcpy_mb"),
+            (_known_sum(pl.col("kernel_ns")) / 1e6).alias("kernel_ms"),
+            (_known_sum(pl.col("kernel_ns") + graph) / 1e6).alias("gpu_time_ms"),
+            (_known_sum(pl.col("nccl_ns")) / 1e6).alias("nccl_ms"),
+            (_known_sum(pl.col("memcpy_ns")) / 1e6).alias("memcpy_ms"),
+            (_known_sum(pl.col("memcpy_bytes")) / 1e6).alias("memcpy_mb"),
             pl.when(with_energy).then(pl.col("energy_j").sum()).alias("energy_j"),
             pl.when(pl.col("energy_above_idle_j").is_not_null().any())
             .then(pl.col("energy_above_idle_j").sum())
@@ -84,7 +98,7 @@ def step_phase_metrics(phases: pl.DataFrame) -> pl.DataFrame:
 
 
 def over_steps(per_step: pl.DataFrame) -> pl.DataFrame:
-    """Per (path, attribution): step count, and median, p10, p90 of each metric."""
+    """Per (path, attribution[, pool]): step count, and median, p10, p90 of each metric."""
     aggs = [pl.len().cast(pl.Int64).alias("n_steps"), pl.col("start_ns").min()]
     for metric in STEP_METRICS:
         aggs += [
@@ -92,9 +106,8 @@ def over_steps(per_step: pl.DataFrame) -> pl.DataFrame:
             pl.col(metric).quantile(0.1, "linear").alias(f"{metric}_p10"),
             pl.col(metric).quantile(0.9, "linear").alias(f"{metric}_p90"),
         ]
-    return (
-        per_step.group_by("path", "attribution").agg(aggs).sort("start_ns", "path").drop("start_ns")
-    )
+    keys = group_keys(per_step)[1:]
+    return per_step.group_by(*keys).agg(aggs).sort("start_ns", *keys[:1]).drop("start_ns")
 
 
 #: why a range cut at the capture's end has no true duration (said once per output)

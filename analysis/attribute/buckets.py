@@ -9,6 +9,7 @@ the single-pass result.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +29,13 @@ from ..model import CUT, PROJECTION, THREAD, WINDOW, EnergyTotals, GpuTotals
 from ..normalize.events import OPS_SCHEMA
 from ..normalize.launches import CALL_COLUMNS
 from . import operations as attribute
-from .conservation import RunTotals, conservation_warnings
+from .conservation import TIME_COLUMNS, RunTotals, conservation_warnings
 from .hierarchy import build_hierarchy
+from .idle_causes import idle_by_cause
 from .intervals import BusyAccumulator
+from .not_captured import not_captured
 from .phase_map import PhaseMap
+from .pools import PROCESS_DEVICE_SCHEMA, PROCESS_NAME_SCHEMA, Pools, resolve_pools
 from .process import ProcessLayout, ProcessSums
 from .threads import ThreadSums
 
@@ -64,6 +68,28 @@ class Bucket:
     ops: pl.DataFrame
 
 
+_NO_PROCESSES = pl.DataFrame(schema={"trace": pl.String, "pid": pl.Int64})
+
+
+@dataclass(frozen=True)
+class PoolInputs:
+    """What :func:`~analysis.attribute.pools.resolve_pools` reads besides the phase ranges.
+
+    ``marks``: the run's NVTX marks (pool marks among them); ``process_devices``: ``trace, pid,
+    device`` of every GPU each process's operations ran on; ``process_names``: ``trace, pid,
+    process_name``; ``given``: the user's pools (name → patterns), or None.
+    """
+
+    marks: pl.DataFrame
+    process_devices: pl.DataFrame = dataclasses.field(
+        default_factory=lambda: pl.DataFrame(schema=PROCESS_DEVICE_SCHEMA)
+    )
+    process_names: pl.DataFrame = dataclasses.field(
+        default_factory=lambda: pl.DataFrame(schema=PROCESS_NAME_SCHEMA)
+    )
+    given: Mapping[str, tuple[str, ...]] | None = None
+
+
 @dataclass(frozen=True)
 class Attributed:
     """:func:`attribute_buckets`' result: the tables and totals a :class:`RunSummary` starts from."""
@@ -82,11 +108,15 @@ class Attributed:
     power_samples: pl.DataFrame | None
     #: one row per phase range (``RANGE_COLUMNS``): what the timeline draws slice by slice
     ranges: pl.DataFrame
+    #: one row per GPU pool with its GPU time balance (:func:`pool_balance`); None: no pools
+    pools: pl.DataFrame | None = None
+    #: idle GPU time per pool, step and cause (:mod:`analysis.attribute.idle_causes`); None: no pools
+    idle_causes: pl.DataFrame | None = None
 
     def tables(self) -> dict[str, Any]:
         """The frames an :class:`~analysis.model.Analysis` takes as they are."""
         names = ("phases", "phase_devices", "gpu_activity", "kernels", "steps", "power_samples")
-        return {name: getattr(self, name) for name in (*names, "ranges")}
+        return {name: getattr(self, name) for name in (*names, "ranges", "pools", "idle_causes")}
 
 
 def attribute_buckets(
@@ -102,6 +132,7 @@ def attribute_buckets(
     activity_dir: Path | None = None,
     thread_names: pl.DataFrame | None = None,
     capture_ends: Mapping[str, int] | None = None,
+    pool_inputs: PoolInputs | None = None,
 ) -> Attributed:
     """Attribute a run's operations, bucket by bucket in time order, to its phase ranges.
 
@@ -111,27 +142,42 @@ def attribute_buckets(
     there (``gpu_activity`` is then a lazy scan of them) instead of holding them in memory.
     ``thread_names``: ``trace, gtid, thread_name`` (for the warning about launching threads
     without a range). ``capture_ends``: each file's capture end on the run's clock (by label),
-    for :func:`mark_cut`.
+    for :func:`mark_cut`. ``pool_inputs``: what tells the run's GPU pools
+    (:mod:`analysis.attribute.pools`); None: one pool of every GPU.
     """
     hierarchy = build_hierarchy(ranges, phase_map)
     phases = mark_cut(_with_attribution(hierarchy.phases, launch_threads), capture_ends or {})
+    pools = Pools.whole(devices)
+    if pool_inputs is not None:
+        pools = resolve_pools(
+            phases,
+            marks=pool_inputs.marks,
+            process_devices=pool_inputs.process_devices,
+            process_names=pool_inputs.process_names,
+            devices=devices,
+            given=pool_inputs.given,
+        )
+    if pools.split:  # steps of processes without step ranges come from their own pool's
+        hierarchy = build_hierarchy(ranges, phase_map, groups=pools.members)
+        phases = mark_cut(_with_attribution(hierarchy.phases, launch_threads), capture_ends or {})
     proj_ranges = phases.filter(pl.col("attribution") == PROJECTION)
     window_ranges = phases.filter(pl.col("attribution") == WINDOW)
     timeline = window_ranges if window_ranges.height else phases
-    boundaries, innermost = attribute.window_layout(timeline)
+    layouts = attribute.pool_layouts(timeline, pools)
+    on_gpus = attribute.window_devices(layouts, devices)
 
     sums = _RunSums(
         devices,
         activity_dir,
         power,
-        RunTotals(timeline, proj_ranges),
+        RunTotals(layouts, proj_ranges),
         ProcessSums(ProcessLayout.of(proj_ranges), devices),
         attribute.enclosure_layout(proj_ranges),
     )
     for bucket in buckets:
-        sums.add(bucket, proj_ranges, boundaries, innermost, phases, hierarchy.steps)
-    metrics, per_device, proj_devices, gpu = _range_metrics(
-        sums, proj_ranges, window_ranges, (boundaries, innermost), len(devices)
+        sums.add(bucket, proj_ranges, layouts, phases, hierarchy.steps)
+    metrics, per_device, proj_devices, gpu, seg_dev = _range_metrics(
+        sums, proj_ranges, window_ranges, layouts, on_gpus
     )
     energy = attach_energy(
         metrics,
@@ -142,10 +188,26 @@ def attribute_buckets(
         timeline=timeline,
         power=power,
         idle_power_w=idle_power_w,
+        window_devices=on_gpus if pools.split else None,
+        pools=[(t.ranges, t.devices) for t in layouts] if pools.split else None,
     )
+    table = aggregate.phase_table(_with_pool(phases, pools, layouts), energy.metrics)
+    balance = pool_balance(pools, layouts, seg_dev, sums.totals)
+    missing_warnings: list[str] = []
+    if balance is not None:
+        table, missing_warnings = not_captured(
+            table,
+            ranges,
+            pools.members,
+            pools.devices,
+            dict(zip(balance["pool"], balance["total_gpu_ns"].fill_null(0), strict=True)),
+            pool_inputs.process_devices if pool_inputs is not None else _NO_PROCESSES,
+        )
     return Attributed(
-        phases=aggregate.phase_table(phases, energy.metrics),
-        phase_devices=phase_devices(phases, energy.per_device, devices),
+        phases=table,
+        phase_devices=phase_devices(
+            _with_pool(phases, pools, layouts), energy.per_device, devices, on_gpus
+        ),
         gpu_activity=sums.activity(),
         kernels=aggregate.kernel_table(sums.kernels or [aggregate.kernel_partial(_EMPTY_OPS)]),
         steps=hierarchy.steps,
@@ -160,9 +222,16 @@ def attribute_buckets(
             *energy.warnings,
             *sums.threads.warnings(ranges, proj_ranges, thread_names, gpu.total_gpu_ns),
             *conservation_warnings(gpu),
+            *pools.warnings,
+            *_pool_warnings(balance),
+            *missing_warnings,
         ],
         power_samples=power.samples if power is not None else None,
-        ranges=phases.select(RANGE_COLUMNS).sort("rid"),
+        ranges=_with_pool(phases, pools, layouts)
+        .select(*RANGE_COLUMNS, *(["pool"] if pools.split else []))
+        .sort("rid"),
+        pools=balance,
+        idle_causes=idle_by_cause(layouts, seg_dev, phases) if pools.split else None,
     )
 
 
@@ -170,14 +239,14 @@ def _range_metrics(
     sums: _RunSums,
     proj_ranges: pl.DataFrame,
     window_ranges: pl.DataFrame,
-    layout: tuple[pl.Series, pl.DataFrame],
-    n_devices: int,
-) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, GpuTotals]:
-    """Per-range metrics of both schemes, window metrics per device, projection devices, totals.
+    layouts: attribute.WindowLayout,
+    on_gpus: pl.DataFrame,
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, GpuTotals, pl.DataFrame]:
+    """Per-range metrics of both schemes, per device, projection devices, totals, segment sums.
 
-    ``layout``: the window timeline's boundaries and innermost range per segment.
+    The last: the per-(segment, device) window sums the rows come from, with each segment's
+    innermost range. ``layouts``: each pool's window timeline; ``on_gpus``: the GPUs of each window range's pool.
     """
-    boundaries, innermost = layout
     proj_devices = concat_or_empty(
         sums.proj_devices, {"rid": pl.Int64, "device": pl.String}
     ).unique()
@@ -186,12 +255,14 @@ def _range_metrics(
     ).filter(pl.col("rid").is_in(proj_ranges["rid"].implode()))
     seg_dev = aggregate.merge_segments(sums.seg_sums or [_EMPTY_SUMS_SEG], sums.seg_busy.result())
     per_device, win_metrics = aggregate.window_metrics(
-        attribute.range_segments(window_ranges, boundaries), seg_dev
+        attribute.pooled_range_segments(window_ranges, layouts), seg_dev
     )
+    n_devices = on_gpus.group_by("rid").agg(pl.len().cast(pl.Int64).alias("n_devices"))
     win_metrics = (
         window_ranges.select("rid")
         .join(win_metrics, on="rid", how="left")
-        .with_columns(pl.lit(n_devices, dtype=pl.Int64).alias("n_devices"))
+        .join(n_devices, on="rid", how="left")
+        .with_columns(pl.col("n_devices").fill_null(0))
     )
     process = sums.process.metrics(proj_ranges)
     metrics = pl.concat(
@@ -200,13 +271,113 @@ def _range_metrics(
     )
     # the check's attributed sides: the sums the rows are built from (innermost window phase
     # of each segment; top-level projection ranges), against totals from the raw operations
+    innermost = attribute.pooled_innermost(layouts)
     gpu = sums.totals.totals(
         innermost_sums=seg_dev.join(innermost.filter(pl.col("rid").is_not_null()), on="seg"),
         top_sums=proj_metrics.join(
             proj_ranges.filter(pl.col("level") == 0).select("rid"), on="rid"
         ),
     )
-    return metrics, per_device, proj_devices, gpu
+    return metrics, per_device, proj_devices, gpu, seg_dev.join(innermost, on="seg", how="left")
+
+
+def pool_balance(
+    pools: Pools,
+    layouts: attribute.WindowLayout,
+    seg_sums: pl.DataFrame,
+    totals: RunTotals,
+) -> pl.DataFrame | None:
+    """Per pool: its GPUs, processes and window GPU time balance; None for a run without pools.
+
+    ``total_gpu_ns`` and ``unattributed_gpu_ns`` from the operations on the pool's GPUs as
+    read (outside every window range of the pool: :class:`RunTotals`), ``attributed_gpu_ns``
+    from the per-segment sums of the pool's segments that have an innermost range (what its
+    rows are built from); ``gpu_time_conserved``: the two add up to the total.
+    """
+    if not pools.split:
+        return None
+    segment_pool = pl.concat(
+        [
+            pl.DataFrame(
+                {
+                    "seg": pl.int_range(
+                        t.seg_offset, t.seg_offset + t.boundaries.len() + 1, eager=True
+                    ),
+                    "pool": t.pool,
+                }
+            )
+            for t in layouts
+        ]
+    ).cast({"seg": pl.Int64})
+    held = seg_sums.filter(pl.col("rid").is_not_null()).join(segment_pool, on="seg")
+    attributed = held.group_by("pool").agg(
+        pl.sum_horizontal(*TIME_COLUMNS).sum().alias("attributed_gpu_ns")
+    )
+    sums = pl.DataFrame(
+        [(pool, total, rest) for pool, (total, rest) in totals.pool_sums.items()],
+        schema={"pool": pl.String, "total_gpu_ns": pl.Int64, "unattributed_gpu_ns": pl.Int64},
+        orient="row",
+    )
+    return (
+        pools.table()
+        .join(sums, on="pool", how="left")
+        .join(attributed, on="pool", how="left")
+        .with_columns(pl.col("attributed_gpu_ns").fill_null(0).cast(pl.Int64))
+        .with_columns(
+            (
+                pl.col("attributed_gpu_ns") + pl.col("unattributed_gpu_ns")
+                == pl.col("total_gpu_ns")
+            ).alias("gpu_time_conserved")
+        )
+        .select(
+            "pool",
+            "source",
+            "n_devices",
+            "devices",
+            "processes",
+            "total_gpu_ns",
+            "attributed_gpu_ns",
+            "unattributed_gpu_ns",
+            "gpu_time_conserved",
+        )
+    )
+
+
+def _pool_warnings(balance: pl.DataFrame | None) -> list[str]:
+    """One line per pool whose window GPU time does not add up."""
+    if balance is None:
+        return []
+    return [
+        f"GPU time not conserved in pool {r['pool']}: its phases hold {r['attributed_gpu_ns']:,} "
+        f"ns and {r['unattributed_gpu_ns']:,} ns lies inside none of them, but its GPUs' "
+        f"operations total {r['total_gpu_ns']:,} ns — please report this trace"
+        for r in balance.filter(~pl.col("gpu_time_conserved")).iter_rows(named=True)
+    ]
+
+
+def _with_pool(phases: pl.DataFrame, pools: Pools, layouts: attribute.WindowLayout) -> pl.DataFrame:
+    """``phases`` with ``pool``, only in a run with pools.
+
+    A window range's pool is its timeline's; a projection range's its process's (null when its
+    process is in none).
+    """
+    if not pools.split:
+        return phases
+    timeline_pool = pl.concat(
+        [t.ranges.select("rid", pl.lit(t.pool).alias("pool")) for t in layouts]
+    )
+    process_pool = pools.members.rename({"pool": "_process_pool"})
+    return (
+        phases.join(timeline_pool, on="rid", how="left")
+        .join(process_pool, on=["trace", "pid"], how="left")
+        .with_columns(
+            pl.when(pl.col("attribution") == WINDOW)
+            .then(pl.col("pool"))
+            .otherwise(pl.col("_process_pool"))
+            .alias("pool")
+        )
+        .drop("_process_pool")
+    )
 
 
 def mark_cut(ranges: pl.DataFrame, capture_ends: Mapping[str, int]) -> pl.DataFrame:
@@ -276,8 +447,7 @@ class _RunSums:
         self,
         bucket: Bucket,
         proj_ranges: pl.DataFrame,
-        boundaries: pl.Series,
-        innermost: pl.DataFrame,
+        layouts: attribute.WindowLayout,
         phases: pl.DataFrame,
         steps: pl.DataFrame,
     ) -> None:
@@ -288,7 +458,7 @@ class _RunSums:
         self.proj_sums.append(proj_sums)
         self.proj_devices.append(proj_devices)
         self.proj_busy.add(proj_busy, bucket.hi_ns)
-        pieces = attribute.window_pieces(ops, boundaries, innermost)
+        pieces = attribute.pooled_pieces(ops, layouts)
         seg_sums, seg_busy = aggregate.segment_partials(pieces)
         self.seg_sums.append(seg_sums)
         self.seg_busy.add(seg_busy, bucket.hi_ns)

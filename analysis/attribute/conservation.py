@@ -36,6 +36,7 @@ import polars as pl
 from ..aggregate.activity import operation_counts
 from ..energy.idle import busy_blocks
 from ..model import THREAD, GpuTotals
+from .operations import WindowLayout
 
 #: the time columns whose sum is an operation's (or a piece's) GPU time
 TIME_COLUMNS = ("kernel_ns", "memcpy_ns", "memset_ns", "graph_ns")
@@ -61,16 +62,11 @@ def _time(frame: pl.DataFrame) -> int:
 class RunTotals:
     """Totals and the independent sides of the conservation check, bucket by bucket."""
 
-    def __init__(self, timeline: pl.DataFrame, proj_ranges: pl.DataFrame) -> None:
-        blocks = busy_blocks(
-            timeline.select(pl.lit("").alias("device"), "start_ns", "end_ns").filter(
-                pl.col("end_ns") > pl.col("start_ns")
-            )
-        )
-        lengths = blocks["end_ns"] - blocks["start_ns"]
-        self._block_start = blocks["start_ns"]
-        self._block_end = blocks["end_ns"]
-        self._before = lengths.cum_sum() - lengths  # covered time before each block
+    def __init__(self, layouts: WindowLayout, proj_ranges: pl.DataFrame) -> None:
+        # per pool: its GPUs (None: every GPU) and its timeline's merged blocks
+        self._pools = [(t.pool, t.devices, _Covered(t.ranges)) for t in layouts]
+        #: per pool: ``[total_gpu_ns, unattributed_gpu_ns]`` of the operations on its GPUs
+        self.pool_sums: dict[str, list[int]] = {t.pool: [0, 0] for t in layouts}
         # per launching thread: range starts in order, and the furthest end reached so far
         self._reach: dict[tuple[str, int], tuple[pl.Series, pl.Series]] = {
             (str(trace), int(gtid)): (
@@ -101,31 +97,21 @@ class RunTotals:
         for name in self.sums:
             self.sums[name] += int(row[name] or 0)
 
-    def _covered_before(self, instants: pl.Series) -> pl.Series:
-        """Covered time (inside a window-timeline range) before each instant."""
-        k = self._block_start.search_sorted(instants, side="right").cast(pl.Int64) - 1
-        safe = k.clip(lower_bound=0)
-        frame = pl.DataFrame(
-            {
-                "t": instants,
-                "k": k,
-                "start": self._block_start.gather(safe),
-                "end": self._block_end.gather(safe),
-                "before": self._before.gather(safe),
-            }
-        )
-        inside = pl.min_horizontal("t", "end") - pl.col("start")
-        return frame.select(
-            pl.when(pl.col("k") >= 0).then(pl.col("before") + inside).otherwise(0)
-        ).to_series()
-
     def _uncovered_ns(self, ops: pl.DataFrame) -> int:
-        """Time of these operations outside every window-timeline range."""
+        """Time of these operations outside every window range of their GPU's pool.
+
+        An operation on a GPU of no pool lies outside them all.
+        """
         total = int((ops["end_ns"] - ops["start_ns"]).sum() or 0)
-        if ops.is_empty() or self._block_start.is_empty():
-            return total
-        covered = self._covered_before(ops["end_ns"]) - self._covered_before(ops["start_ns"])
-        return total - int(covered.sum() or 0)
+        covered = 0
+        for pool, devices, blocks in self._pools:
+            mine = ops if devices is None else ops.filter(pl.col("device").is_in(list(devices)))
+            inside = blocks.covered_ns(mine)
+            mine_total = int((mine["end_ns"] - mine["start_ns"]).sum() or 0)
+            self.pool_sums[pool][0] += mine_total
+            self.pool_sums[pool][1] += mine_total - inside
+            covered += inside
+        return total - covered
 
     def _unenclosed_ns(self, ops: pl.DataFrame) -> int:
         """Time of the operations no projection range on the launching thread encloses.
@@ -210,6 +196,46 @@ class RunTotals:
             gpu_time_conserved=conserved,
             **sums,
         )
+
+
+class _Covered:
+    """The merged blocks of a timeline's ranges, and the time of intervals inside them."""
+
+    def __init__(self, timeline: pl.DataFrame) -> None:
+        blocks = busy_blocks(
+            timeline.select(pl.lit("").alias("device"), "start_ns", "end_ns").filter(
+                pl.col("end_ns") > pl.col("start_ns")
+            )
+        )
+        lengths = blocks["end_ns"] - blocks["start_ns"]
+        self._block_start = blocks["start_ns"]
+        self._block_end = blocks["end_ns"]
+        self._before = lengths.cum_sum() - lengths  # covered time before each block
+
+    def _covered_before(self, instants: pl.Series) -> pl.Series:
+        """Covered time (inside a timeline range) before each instant."""
+        k = self._block_start.search_sorted(instants, side="right").cast(pl.Int64) - 1
+        safe = k.clip(lower_bound=0)
+        frame = pl.DataFrame(
+            {
+                "t": instants,
+                "k": k,
+                "start": self._block_start.gather(safe),
+                "end": self._block_end.gather(safe),
+                "before": self._before.gather(safe),
+            }
+        )
+        inside = pl.min_horizontal("t", "end") - pl.col("start")
+        return frame.select(
+            pl.when(pl.col("k") >= 0).then(pl.col("before") + inside).otherwise(0)
+        ).to_series()
+
+    def covered_ns(self, ops: pl.DataFrame) -> int:
+        """Time of these operations inside the timeline's ranges (prefix sums over its blocks)."""
+        if ops.is_empty() or self._block_start.is_empty():
+            return 0
+        covered = self._covered_before(ops["end_ns"]) - self._covered_before(ops["start_ns"])
+        return int(covered.sum() or 0)
 
 
 def _escaping(proj_ranges: pl.DataFrame) -> pl.Series:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from nvtx_phases.naming import PATH_SEP
+from nvtx_phases.naming import PATH_SEP, VERSION
 
 from ..frames import int_value
 from ..intervals import overlaps_earlier, reach, window_at
@@ -231,8 +231,16 @@ def _process_list(frame: pl.DataFrame, limit: int = 3) -> str:
     return "; ".join(parts)
 
 
-def build_hierarchy(ranges: pl.DataFrame, phase_map: PhaseMap) -> Hierarchy:
-    """Phases with nesting, path and step index, plus the step windows of the run."""
+def build_hierarchy(
+    ranges: pl.DataFrame, phase_map: PhaseMap, *, groups: pl.DataFrame | None = None
+) -> Hierarchy:
+    """Phases with nesting, path and step index, plus the step windows of the run.
+
+    ``groups`` (``trace, pid, pool``: a run with GPU pools): a range of a process without step
+    ranges of its own takes its step from the step-like ranges (``step``, or the rollouter's
+    ``version``) of its own pool's processes, where that pool has any; a trainer's steps and a
+    rollouter's parameter versions are separate axes.
+    """
     warnings: list[str] = []
     phases = select_phases(ranges, phase_map)
     phases = nesting_levels(phases)
@@ -254,6 +262,8 @@ def build_hierarchy(ranges: pl.DataFrame, phase_map: PhaseMap) -> Hierarchy:
             "count toward the later step"
         )
     steps = assign_steps(phases, marked, windows)
+    if groups is not None:
+        steps = _steps_by_pool(phases, steps, groups)
     phases = phases.drop("step").join(steps, on="rid", how="left").sort("rid")
     ambiguous = _in_overlapping_windows(phases.filter(pl.col("by_window")), windows)
     if ambiguous:
@@ -300,4 +310,53 @@ def _in_overlapping_windows(located: pl.DataFrame, windows: pl.DataFrame) -> int
         .join_asof(earlier_end, left_on="start_ns", right_on="step_start_ns", strategy="backward")
         .filter(pl.col("start_ns") < pl.col("earlier_end_ns"))
         .height
+    )
+
+
+def _steps_by_pool(phases: pl.DataFrame, steps: pl.DataFrame, groups: pl.DataFrame) -> pl.DataFrame:
+    """``steps`` (``rid, step, by_window``) with by-window steps taken from the range's own pool.
+
+    A pool's windows: the step-like ranges (``is_step``, or named :data:`VERSION`) of its
+    processes, numbered by payload, else by start order per process, one window per index.
+    Ranges of a process in no pool, or of a pool without step-like ranges, keep the run's.
+    """
+    pooled = phases.join(groups, on=list(PROCESS), how="inner")
+    like = pooled.filter(pl.col("is_step") | (pl.col("canonical") == VERSION)).with_columns(
+        pl.coalesce(
+            "payload", pl.col("start_ns").rank("ordinal").over(PROCESS).cast(pl.Int64) - 1
+        ).alias("_index")
+    )
+    if like.is_empty():
+        return steps
+    fixed: list[pl.DataFrame] = []
+    for (pool,), mine in like.group_by("pool", maintain_order=True):
+        windows = (
+            mine.group_by("_index")
+            .agg(
+                pl.col("start_ns").min().alias("step_start_ns"),
+                pl.col("end_ns").max().alias("step_end_ns"),
+            )
+            .rename({"_index": "step"})
+            .sort("step_start_ns", "step")
+        )
+        located = (
+            pooled.filter(pl.col("pool") == pool)
+            .select("rid", "start_ns")
+            .join(steps.filter(pl.col("by_window")).select("rid"), on="rid")
+        )
+        if located.height:
+            fixed.append(
+                located.select("rid", window_at(windows, located["start_ns"]).alias("_pool_step"))
+            )
+    if not fixed:
+        return steps
+    return (
+        steps.join(pl.concat(fixed), on="rid", how="left")
+        .with_columns(
+            pl.when(pl.col("by_window") & pl.col("rid").is_in(pl.concat(fixed)["rid"].implode()))
+            .then(pl.col("_pool_step"))
+            .otherwise(pl.col("step"))
+            .alias("step")
+        )
+        .drop("_pool_step")
     )

@@ -12,6 +12,8 @@ This is what attributes a VeRL worker's kernels to the trainer's ``gen``/``updat
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
 
 from ..frames import int_value
@@ -24,6 +26,7 @@ from ..intervals import (
     split_at_segments,
 )
 from ..model import THREAD
+from .pools import WHOLE, Pools
 
 #: per launching thread (trace, gtid): its range boundaries, and ``seg, rid, end_ns`` for every
 #: segment each range covers (see :func:`enclosure_layout`)
@@ -167,3 +170,98 @@ def range_segments(ranges: pl.DataFrame, boundaries: pl.Series) -> pl.DataFrame:
     ``first_seg`` marks the segment where the range starts (:func:`segments_inside`).
     """
     return segments_inside(ranges, boundaries, ["rid"])
+
+
+@dataclass(frozen=True)
+class PoolTimeline:
+    """One GPU pool's window timeline (see :mod:`analysis.attribute.pools`).
+
+    Its window ranges, their boundaries and the innermost range of each of its segments, and its
+    GPUs (None: every GPU of the run, a run without pools). Segment numbers are the pool's own;
+    ``seg_offset`` makes them the run's (pools' segments numbered one after another).
+    """
+
+    pool: str
+    devices: tuple[str, ...] | None
+    ranges: pl.DataFrame
+    boundaries: pl.Series
+    innermost: pl.DataFrame
+    seg_offset: int
+
+    def run_segments(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """``frame`` with its ``seg`` column numbered on the run (the pool's offset added)."""
+        if not self.seg_offset:
+            return frame
+        return frame.with_columns(pl.col("seg") + self.seg_offset)
+
+    def mine(self, ops: pl.DataFrame) -> pl.DataFrame:
+        """The operations on this pool's GPUs."""
+        if self.devices is None:
+            return ops
+        return ops.filter(pl.col("device").is_in(list(self.devices)))
+
+
+#: the run's window timelines, one per pool (one for a run without pools)
+WindowLayout = tuple[PoolTimeline, ...]
+
+
+def pool_layouts(timeline: pl.DataFrame, pools: Pools | None = None) -> WindowLayout:
+    """Each pool's window timeline over its processes' ranges of ``timeline``.
+
+    Without pools (or ``pools`` None) one timeline of every range and every GPU: exactly
+    :func:`window_layout` of ``timeline``.
+    """
+    if pools is None or not pools.split:
+        boundaries, innermost = window_layout(timeline)
+        return (PoolTimeline(WHOLE, None, timeline, boundaries, innermost, 0),)
+    with_pool = pools.pool_of(timeline)
+    layouts: list[PoolTimeline] = []
+    offset = 0
+    for pool, devices in pools.devices.items():
+        mine = with_pool.filter(pl.col("pool") == pool).drop("pool")
+        boundaries, innermost = window_layout(mine)
+        layouts.append(PoolTimeline(pool, devices, mine, boundaries, innermost, offset))
+        offset += boundaries.len() + 1  # segments 0 … len(boundaries)
+    return tuple(layouts)
+
+
+def pooled_pieces(ops: pl.DataFrame, layouts: WindowLayout) -> pl.DataFrame:
+    """:func:`window_pieces` of each pool's operations on its own timeline (run's segments).
+
+    Operations on GPUs of no pool have no piece: they are window-unattributed.
+    """
+    parts = [t.run_segments(window_pieces(t.mine(ops), t.boundaries, t.innermost)) for t in layouts]
+    return parts[0] if len(parts) == 1 else pl.concat(parts)
+
+
+def pooled_range_segments(ranges: pl.DataFrame, layouts: WindowLayout) -> pl.DataFrame:
+    """:func:`range_segments` of each range on its pool's timeline, segments numbered on the run.
+
+    ``ranges``: window ranges (``rid, start_ns, end_ns``), each in one pool's timeline.
+    """
+    parts = []
+    for t in layouts:
+        mine = ranges if len(layouts) == 1 else ranges.join(t.ranges.select("rid"), on="rid")
+        parts.append(t.run_segments(range_segments(mine, t.boundaries)))
+    return parts[0] if len(parts) == 1 else pl.concat(parts)
+
+
+def pooled_innermost(layouts: WindowLayout) -> pl.DataFrame:
+    """``seg, rid``: the innermost range of every segment of every pool, numbered on the run."""
+    parts = [t.run_segments(t.innermost) for t in layouts]
+    return parts[0] if len(parts) == 1 else pl.concat(parts)
+
+
+def window_devices(layouts: WindowLayout, run_devices: list[str]) -> pl.DataFrame:
+    """``rid, device``: the GPUs each window range is attributed (its pool's)."""
+    parts = [
+        t.ranges.select("rid").join(
+            pl.DataFrame(
+                {"device": list(run_devices if t.devices is None else t.devices)},
+                schema={"device": pl.String},
+            ),
+            how="cross",
+        )
+        for t in layouts
+    ]
+    return pl.concat(parts)

@@ -21,6 +21,9 @@ or renames::
     regex = "^compute_.*_log_prob$"       # Python regular expression, searched (re.search)
     phase = "log_prob"                    # the phase it counts as (default: its own name)
 
+    [pools]                               # GPU pools of an asynchronous run (as --pool)
+    rollout = ["rollout_*", "pid:3001"]   # file stems, process names, GPUs (globs), pid:N
+
 A range is a phase when its name is an exact name (``phases``, ``step_names``, a ``[rename]``
 key), its domain is listed, or the first ``[[rule]]`` its name matches says so; exact names keep
 their own (or renamed) phase name, rules apply to the other ranges only. ``strip_args`` (or
@@ -42,12 +45,15 @@ from typing import Any, Literal
 import polars as pl
 
 from nvtx_phases.naming import (
+    ASYNC_PHASES,
+    ASYNC_RENAMES,
     DOMAIN,
     STEP,
     SUBPHASES,
     VERL_PROFILER_ROLES,
     VERL_TRAINER_PHASES,
     VERL_WORKER_PHASES,
+    VERSION,
 )
 
 from ..errors import PhaseMapError
@@ -95,6 +101,8 @@ class PhaseMap:
     rules: tuple[Rule, ...] = ()
     #: cut PyTorch's ``, key = value`` argument suffixes off range names (:meth:`name`)
     strip_args: bool = False
+    #: GPU pools given in the map's ``[pools]`` (name → patterns; :mod:`analysis.attribute.pools`)
+    pools: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def name(self, name: pl.Expr) -> pl.Expr:
         """The range's name as phases see it: with ``strip_args``, its argument suffix cut."""
@@ -161,10 +169,19 @@ def default_phase_map() -> PhaseMap:
     """
     return PhaseMap(
         names=frozenset(
-            (*VERL_TRAINER_PHASES, *VERL_PROFILER_ROLES, *VERL_WORKER_PHASES, *SUBPHASES)
+            (
+                *VERL_TRAINER_PHASES,
+                *VERL_PROFILER_ROLES,
+                *VERL_WORKER_PHASES,
+                *SUBPHASES,
+                *ASYNC_PHASES,
+                VERSION,
+            )
         ),
         domains=frozenset({DOMAIN}),
         step_names=frozenset({STEP}),
+        # VeRL's async timer names hold a "/", which would split a phase path
+        rename=tuple(sorted(ASYNC_RENAMES.items())),
     )
 
 
@@ -177,7 +194,16 @@ def load_phase_map(path: str | Path) -> PhaseMap:
         raise PhaseMapError(f"{path}: phase map file not found") from exc
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise PhaseMapError(f"{path}: not valid TOML ({exc})") from exc
-    known = {"step_names", "domains", "phases", "use_defaults", "rename", "rule", "strip_args"}
+    known = {
+        "step_names",
+        "domains",
+        "phases",
+        "use_defaults",
+        "rename",
+        "rule",
+        "strip_args",
+        "pools",
+    }
     unknown = sorted(set(data) - known)
     if unknown:
         msg = f"{path}: unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(known))}"
@@ -203,10 +229,31 @@ def load_phase_map(path: str | Path) -> PhaseMap:
         names=base.names | set(str_list("phases")) | set(rename.values()),
         domains=base.domains | set(str_list("domains")),
         step_names=frozenset(step_names | (set(base.step_names) if use_defaults else set())),
-        rename=tuple(sorted(rename.items())),
+        rename=tuple(sorted((dict(base.rename) | rename).items())),
         rules=_rules(path, data.get("rule", [])),
         strip_args=strip_args,
+        pools=_pools(path, data.get("pools", {})),
     )
+
+
+def _pools(path: Path, entries: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``[pools]``: pool name = a pattern or a list of them (as ``--pool NAME=PATTERN,…``)."""
+    if not isinstance(entries, dict):
+        raise PhaseMapError(f"{path}: [pools] must map pool names to patterns")
+    pools = []
+    for name, value in entries.items():
+        patterns = [value] if isinstance(value, str) else value
+        if (
+            not isinstance(patterns, list)
+            or not patterns
+            or not all(isinstance(p, str) and p for p in patterns)
+        ):
+            raise PhaseMapError(
+                f"{path}: [pools] {name} must be a pattern or a list of patterns (a file's "
+                "stem, a process name or a GPU, as globs, or pid:N)"
+            )
+        pools.append((str(name), tuple(patterns)))
+    return tuple(pools)
 
 
 def _rules(path: Path, entries: Any) -> tuple[Rule, ...]:

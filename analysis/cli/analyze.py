@@ -57,6 +57,15 @@ DetailSteps = Annotated[
         "default: the median-duration and the longest step.",
     ),
 ]
+PoolOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--pool",
+        help="A GPU pool of an asynchronous run, NAME=PATTERN[,PATTERN...] (repeat per pool): "
+        "file stems, process names or GPUs as globs, or pid:N. Default: the processes' pool "
+        "marks (nvtx_phases.pools), else inferred when driver phases of two processes overlap.",
+    ),
+]
 StripArgs = Annotated[
     bool,
     typer.Option(
@@ -162,6 +171,15 @@ def read_bar() -> Iterator[Reporter]:
             bar.stop()
 
 
+def pools_from(values: list[str] | None) -> dict[str, tuple[str, ...]] | None:
+    """``--pool`` values → the ``pools`` option (None when none is given)."""
+    if not values:
+        return None
+    from ..attribute.pools import parse_pool_option
+
+    return parse_pool_option(values)
+
+
 def analyze_and_print(
     run: Callable[[Reporter], AnalysisOutputs], out: Path, *, max_rows: int, quiet: bool = False
 ) -> None:
@@ -204,6 +222,7 @@ def analyze(
     steps: Steps = None,
     strip_args: StripArgs = False,
     detail_steps: DetailSteps = None,
+    pool: PoolOption = None,
 ) -> None:
     """Attribute GPU kernels, NCCL, memcpy, memset and energy to NVTX phases, per step and rank.
 
@@ -229,6 +248,7 @@ def analyze(
         spill_dir=spill_dir,
         force_combine=force_combine,
         steps=steps,
+        pools=pools_from(pool),
     )
     analyze_and_print(
         lambda reporter: analyze_to(
@@ -273,6 +293,7 @@ def report(
     phase_map: PhaseMapFile = None,
     all_ranges: AllRanges = False,
     strip_args: StripArgs = False,
+    pool: PoolOption = None,
 ) -> None:
     """Write report.html (self-contained) and report.md: metadata, phase table, figures, warnings.
 
@@ -291,6 +312,7 @@ def report(
         idle_power_w=idle_power_w,
         force_combine=force_combine,
         steps=steps,
+        pools=pools_from(pool),
     )
     with spinner() as reporter:
         written = build_report(

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ..jobs.timeline import DEFAULT_MAX_OPS, DEFAULT_MAX_RANGES, TimelineOutputs
-from .analyze import AllRanges, PhaseMapFile, Steps, StripArgs
+from .analyze import AllRanges, PhaseMapFile, PoolOption, Steps, StripArgs, pools_from
 from .app import ForceCombine, app, console, note, out_option, spinner
 
 
@@ -54,6 +54,7 @@ def timeline(
     force_combine: ForceCombine = False,
     steps: Steps = None,
     strip_args: StripArgs = False,
+    pool: PoolOption = None,
 ) -> None:
     """Timeline of a run: each NVTX range, GPU operations per stream, power and busy counters.
 
@@ -77,6 +78,7 @@ def timeline(
         strip_args=strip_args,
         force_combine=force_combine,
         steps=steps,
+        pools=pools_from(pool),
     )
     with spinner(details=False) as reporter:
         done = timeline_to(

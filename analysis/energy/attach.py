@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import polars as pl
@@ -32,17 +33,28 @@ def attach_energy(
     timeline: pl.DataFrame,
     power: PowerData | None,
     idle_power_w: float | None,
+    window_devices: pl.DataFrame | None = None,
+    pools: Sequence[tuple[pl.DataFrame, Sequence[str] | None]] | None = None,
 ) -> WithEnergy:
     """Join per-range and per-device energy onto ``metrics`` (null columns without power).
 
     ``timeline``: the ranges whose exclusive intervals partition the run for the energy
-    balance (the window phases, or every phase when no driver marked any).
+    balance (the window phases, or every phase when no driver marked any). In a run with GPU
+    pools, ``window_devices`` (``rid, device``) names each window range's GPUs and ``pools`` each
+    pool's timeline and GPUs (the balance is then per pool, summed).
     """
     if power is None or not power.samples.height:
         nulls = (pl.lit(None, dtype=dtype).alias(name) for name, dtype in ENERGY_COLUMNS.items())
         return WithEnergy(metrics.with_columns(nulls), per_device, None, [])
-    energy = phase_energy(phases, projection_devices, blocks, power, idle_power_w=idle_power_w)
-    balance, balance_warnings = energy_balance(power, timeline)
+    energy = phase_energy(
+        phases,
+        projection_devices,
+        blocks,
+        power,
+        idle_power_w=idle_power_w,
+        window_devices=window_devices,
+    )
+    balance, balance_warnings = energy_balance(power, timeline, pools=pools)
     totals = EnergyTotals(
         **balance,
         power_source=power.source,

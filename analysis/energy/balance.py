@@ -7,6 +7,7 @@ the cumulative-energy curves, never one as the others' remainder.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
@@ -72,7 +73,12 @@ def piece_energy(cum: pl.DataFrame, pieces: pl.DataFrame) -> pl.DataFrame:
     return pieces.with_columns((at_end["cum_j"] - at_start["cum_j"]).alias("energy_j"))
 
 
-def energy_balance(power: PowerData, timeline: pl.DataFrame) -> tuple[dict[str, Any], list[str]]:
+def energy_balance(
+    power: PowerData,
+    timeline: pl.DataFrame,
+    *,
+    pools: Sequence[tuple[pl.DataFrame, Sequence[str] | None]] | None = None,
+) -> tuple[dict[str, Any], list[str]]:
     """Total, attributed and unattributed energy, measured independently, and their check.
 
     ``timeline``: the window timeline's ranges (``rid, parent_rid, start_ns, end_ns``: the
@@ -88,7 +94,9 @@ def energy_balance(power: PowerData, timeline: pl.DataFrame) -> tuple[dict[str, 
       shared time twice; that is what the check catches, with a warning.
 
     All null (None) when a device's samples are broken (:func:`sample_faults`;
-    :func:`phase_energy` says which).
+    :func:`phase_energy` says which). ``pools`` (a run with GPU pools): each pool's timeline and
+    GPUs; a pool's ranges then count on its own GPUs only, and a sampled GPU of no pool is
+    wholly unattributed.
     """
     cum = cumulative_energy(power)
     if sample_faults(cum) or cum.is_empty():
@@ -100,12 +108,24 @@ def energy_balance(power: PowerData, timeline: pl.DataFrame) -> tuple[dict[str, 
         .sort("device")["cum_j"]
         .sum()
     )
-    ranges = timeline.select("rid", "parent_rid", "start_ns", "end_ns")
-    own = exclusive_intervals(ranges).join(devices, how="cross")
-    attributed = _sorted_sum(piece_energy(cum, own))
     span = (int_value(cum["t_ns"].min()), int_value(cum["t_ns"].max()))
-    uncovered = _uncovered(ranges, *span).join(devices, how="cross")
-    unattributed = _sorted_sum(piece_energy(cum, uncovered))
+    groups = [(timeline, None)] if pools is None else list(pools)
+    owns, uncovereds = [], []
+    pooled: set[str] = set()
+    for ranges_of, gpus in groups:
+        ranges = ranges_of.select("rid", "parent_rid", "start_ns", "end_ns")
+        mine = devices if gpus is None else devices.filter(pl.col("device").is_in(list(gpus)))
+        pooled.update(mine["device"].to_list())
+        owns.append(exclusive_intervals(ranges).join(mine, how="cross"))
+        uncovereds.append(_uncovered(ranges, *span).join(mine, how="cross"))
+    # sampled GPUs of no pool: all their energy lies outside every phase
+    rest = devices.filter(~pl.col("device").is_in(sorted(pooled))) if pools is not None else None
+    if rest is not None and rest.height:
+        uncovereds.append(
+            pl.DataFrame({"start_ns": [span[0]], "end_ns": [span[1]]}).join(rest, how="cross")
+        )
+    attributed = _sorted_sum(piece_energy(cum, pl.concat(owns, how="diagonal_relaxed")))
+    unattributed = _sorted_sum(piece_energy(cum, pl.concat(uncovereds, how="diagonal_relaxed")))
     balance = attributed + unattributed - total
     tolerance = BALANCE_RTOL * max(abs(total), abs(attributed + unattributed)) + BALANCE_ATOL_J
     conserved = abs(balance) <= tolerance

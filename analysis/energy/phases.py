@@ -58,17 +58,23 @@ class PhaseEnergy:
 
 
 def range_devices(
-    phases: pl.DataFrame, projection_devices: pl.DataFrame, devices: list[str]
+    phases: pl.DataFrame,
+    projection_devices: pl.DataFrame,
+    devices: list[str],
+    window_devices: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """(rid, device) pairs whose energy counts for each range.
 
-    ``projection_devices``: (rid, device) for every device a projection range's operations ran on.
+    ``projection_devices``: (rid, device) for every device a projection range's operations ran on;
+    ``window_devices``: (rid, device), each window range's pool's GPUs (None: every GPU).
     """
-    window = (
-        phases.filter(pl.col("attribution") == "window")
-        .select("rid")
-        .join(pl.DataFrame({"device": devices}, schema={"device": pl.String}), how="cross")
-    )
+    window_rids = phases.filter(pl.col("attribution") == "window").select("rid")
+    if window_devices is None:
+        window = window_rids.join(
+            pl.DataFrame({"device": devices}, schema={"device": pl.String}), how="cross"
+        )
+    else:
+        window = window_rids.join(window_devices, on="rid").filter(pl.col("device").is_in(devices))
     projection_rids = phases.filter(pl.col("attribution") == "projection").select("rid")
     projection = (
         projection_devices.join(projection_rids, on="rid")
@@ -86,6 +92,7 @@ def phase_energy(
     power: PowerData,
     *,
     idle_power_w: float | None = None,
+    window_devices: pl.DataFrame | None = None,
 ) -> PhaseEnergy:
     """Energy columns per range (``rid``), per (range, device), and the idle baseline per device.
 
@@ -102,7 +109,7 @@ def phase_energy(
         if idle_power_w is not None
         else idle_baseline(cum, blocks, interval_ns=power.interval_ns)
     )
-    pairs_rd = range_devices(phases, projection_devices, devices)
+    pairs_rd = range_devices(phases, projection_devices, devices, window_devices)
     intervals = pairs_rd.join(phases.select("rid", "start_ns", "end_ns"), on="rid").rename(
         {"rid": "id"}
     )

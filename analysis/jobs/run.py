@@ -257,6 +257,7 @@ def build_report(
     from ..render.outputs.tables import TABLE_NAMES
     from ..render.report.document import write_report
     from ..render.report.kernels import kernel_sections
+    from ..render.report.pools import pool_sections
 
     opts = options_from(options, changes)
     check_output_folder(out)  # before a long analysis, not after it
@@ -285,7 +286,8 @@ def build_report(
                 session.add(write_outputs(_invoked(result, command_line, 10), out, on_frame=draw))
             else:
                 saved_envelope_figure(result, folder, out / "figures", drawing)
-            sections = kernel_sections(result, folder)  # saved in the folder, else computed
+            # an asynchronous run's pools first, then the kernels (saved in the folder, else computed)
+            sections = pool_sections(result) + kernel_sections(result, folder)
             length_dir = lengths or lengths_beside(inputs, result)
             if length_dir is not None:
                 found, warned = length_sections(result, length_dir, cap, out / "figures", drawing)

@@ -22,6 +22,7 @@ from typing import Any
 
 import polars as pl
 
+from ..attribute.pools import PROCESS_NAME_SCHEMA
 from ..errors import AnalysisError, MissingDependency
 from ..frames import PolarsDataType
 from ..normalize.devices import gpu_identities, unidentified_warning
@@ -78,6 +79,10 @@ class LoadedTrace:
     n_duplicated_calls: int
     #: ``trace, gtid, thread_name`` from the export's ``ThreadNames`` (empty without it)
     thread_names: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=THREAD_NAMES))
+    #: ``trace, pid, process_name`` from the export's ``PROCESSES`` (empty without it)
+    process_names: pl.DataFrame = field(
+        default_factory=lambda: pl.DataFrame(schema=PROCESS_NAME_SCHEMA)
+    )
     warnings: list[str] = field(default_factory=list)
 
 
@@ -93,6 +98,22 @@ def thread_names(raw: RawTrace) -> pl.DataFrame:
         .select(pl.lit(raw.label).alias("trace"), pl.col("globalTid").alias("gtid"), "thread_name")
         .unique(subset=["gtid"], keep="last", maintain_order=True)
         .cast(THREAD_NAMES)  # type: ignore[arg-type]
+    )
+
+
+def process_names(raw: RawTrace) -> pl.DataFrame:
+    """``trace, pid, process_name`` of the export's named processes (empty without PROCESSES)."""
+    processes = raw.frame(T.PROCESSES)
+    if processes is None or processes.is_empty() or "name" not in processes.columns:
+        return pl.DataFrame(schema=PROCESS_NAME_SCHEMA)
+    return (
+        processes.select(
+            pl.lit(raw.label).alias("trace"),
+            pl.col("pid").cast(pl.Int64),
+            pl.col("name").cast(pl.String).alias("process_name"),
+        )
+        .drop_nulls()
+        .unique(subset=["pid"], keep="last", maintain_order=True)
     )
 
 
@@ -224,6 +245,7 @@ def load_trace(
         n_calls=calls.n_calls,
         n_duplicated_calls=calls.n_duplicated,
         thread_names=thread_names(raw),
+        process_names=process_names(raw),
         warnings=warnings + range_warnings,
     )
 

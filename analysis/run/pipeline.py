@@ -17,7 +17,8 @@ from typing import Any
 
 import polars as pl
 
-from ..attribute.buckets import Attributed, Bucket, attribute_buckets
+from ..aggregate.staleness import staleness_table
+from ..attribute.buckets import Attributed, Bucket, PoolInputs, attribute_buckets
 from ..energy.samples import PowerData, align, load_samples
 from ..errors import InputError, NothingToAnalyze, OutputError
 from ..frames import concat_or_empty
@@ -165,6 +166,12 @@ def _analyze(
         activity_dir=activity_dir,
         thread_names=pl.concat([t.thread_names for t in loaded]),
         capture_ends=ends,
+        pool_inputs=PoolInputs(
+            marks=marks,
+            process_devices=pl.concat([t.ops.process_devices for t in loaded]),
+            process_names=pl.concat([t.process_names for t in loaded]),
+            given=opts.resolved_pools,
+        ),
     )
     warnings += attributed.warnings + _coverage_warnings(ranges, attributed)
     summary = _run_summary(
@@ -178,6 +185,7 @@ def _analyze(
     )
     return Analysis(
         **attributed.tables(),
+        staleness=staleness_table(marks),
         summary=summary,
         workdir=work if activity_dir is not None and activity_dir.exists() else None,
     )
@@ -288,6 +296,7 @@ def _run_summary(
         n_buckets=n_buckets,
         power_files=power_files,
         warnings=warnings,
+        pools=attributed.pools.to_dicts() if attributed.pools is not None else None,
     )
 
 

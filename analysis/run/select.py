@@ -105,6 +105,12 @@ def select_steps(analysis: Analysis, spec: str | StepSpec) -> Analysis:
         gpu_metrics=None
         if analysis.gpu_metrics is None
         else analysis.gpu_metrics.filter(pl.col("step").is_in(chosen).fill_null(False)),
+        idle_causes=None
+        if analysis.idle_causes is None
+        else analysis.idle_causes.filter(pl.col("step").is_in(chosen).fill_null(False)),
+        staleness=None
+        if analysis.staleness is None
+        else analysis.staleness.filter(pl.col("step").is_in(chosen)),
         gpu_activity=activity,
         kernels=_kernels(activity, analysis.kernels),
         steps=steps,

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
+from ..attribute.pools import PROCESS_DEVICE_SCHEMA
 from ..errors import OutputError
 from ..frames import PolarsDataType
 from ..normalize.events import OPS_SCHEMA
@@ -74,6 +75,10 @@ class OpsStore:
     n_orphans: int
     #: processes that issued operations
     pids: list[int]
+    #: ``trace, pid, device``: each GPU a process's operations ran on (pools read it)
+    process_devices: pl.DataFrame = field(
+        default_factory=lambda: pl.DataFrame(schema=PROCESS_DEVICE_SCHEMA)
+    )
 
     def in_buckets(
         self, edges: Sequence[tuple[int | None, int | None]], offset_ns: int
@@ -136,6 +141,7 @@ def collect_ops(
     devices: set[str] = set()
     pids: set[int] = set()
     threads: list[pl.Series] = []
+    used: list[pl.DataFrame] = []
     n_ops = n_orphans = 0
 
     def spill(folder: Path) -> None:
@@ -155,6 +161,7 @@ def collect_ops(
         devices.update(linked["device"].unique().to_list())
         pids.update(linked["pid"].drop_nulls().unique().to_list())
         threads.append(linked["gtid"].drop_nulls().unique())
+        used.append(linked.select("pid", "device").drop_nulls().unique())
         held.append(linked)
         held_rows += linked.height
         if held_rows >= chunk_ops and spill_dir is not None:
@@ -183,6 +190,15 @@ def collect_ops(
         ),
         n_orphans=n_orphans,
         pids=sorted(pids),
+        process_devices=(
+            pl.concat(used)
+            .unique()
+            .sort("pid", "device")
+            .select(pl.lit(label).alias("trace"), "pid", "device")
+            .cast(PROCESS_DEVICE_SCHEMA)  # type: ignore[arg-type]
+            if used
+            else pl.DataFrame(schema=PROCESS_DEVICE_SCHEMA)
+        ),
     )
 
 

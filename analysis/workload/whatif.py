@@ -33,12 +33,15 @@ from .whatif_pipeline import OVERLAP_FORMULA, pipeline, slot_note
 __all__ = ["OVERLAP_FORMULA", "PHASE_TIMES_SCHEMA"]  # re-exported
 
 GEN = "gen"
-OVERLAP, TAIL, BALANCED, TRANSITION = (
+OVERLAP, TAIL, BALANCED, TRANSITION, BALANCED_POOLS = (
     "overlap_gen_train",
     "no_straggler_tail",
     "balanced_dp",
     "no_transitions",
+    "balanced_pools",
 )
+#: ``balanced_pools``' variant: the best split of the run's GPUs between its two pools
+BEST_SPLIT = "best_split"
 #: the rows of ``whatif.csv``: one per step × bound × variant
 WHATIF_SCHEMA = {
     "step": pl.Int64,
@@ -89,6 +92,15 @@ ASSUMPTIONS: dict[tuple[str, str], str] = {
         "the longest 10% of responses are dropped or spread at no cost"
     ),
     (BALANCED, WHOLE_STEP): "the step minus the balanced_dp saving of each of its phases",
+    (BALANCED_POOLS, BEST_SPLIT): (
+        "asynchronous RL on two GPU pools (trainer, rollout) as a steady pipeline: a step takes "
+        "the slower pool's busy GPU time divided by its GPUs, at the best split of the run's "
+        "GPUs between the pools (each pool ≥ 1 GPU); perfect scaling (a pool's busy GPU time "
+        "divides evenly over its GPUs at the measured per-GPU rate: no extra communication, "
+        "the model fits), idle time removed; the rollout pool's work per trainer step is its "
+        "busy GPU time over the run / the trainer steps; the split of this row is in "
+        "whatif.csv's assumption"
+    ),
     (TRANSITION, "between_phases"): (
         "nothing runs between phases: the step's wall minus the sum of its direct child phases "
         "(disjoint: one thread's ranges nest, VeRL's stage timers run one after another) is removed; energy: the measured energy of that "
@@ -133,6 +145,11 @@ class WhatIfInputs:
     #: one line per step left out of every bound, naming it and why (a range of it cut at the
     #: capture's end: no true time); those steps are in none of the frames above
     left_out: tuple[str, ...] = ()
+    #: a run on two GPU pools: ``step, trainer_busy_s, trainer_gpus, rollout_busy_s,
+    #: rollout_gpus`` (rollout busy per trainer step; null where not captured); None: no pools
+    pools: pl.DataFrame | None = None
+    #: why a run with pools has no ``pools`` frame (e.g. its rollout kernels not captured)
+    pools_missing: str | None = None
 
 
 # --- the bounds ----------------------------------------------------------------------------------
@@ -186,6 +203,12 @@ def overlap_bounds(inp: WhatIfInputs) -> pl.DataFrame:
     Step k's row: ``fill_s + max(gen of the next step, rest of k)`` (separate GPUs; shared GPUs:
     also the busiest GPU's busy time in both); the last step has no next gen (drain: its rest).
     """
+    if inp.pools is not None or inp.pools_missing is not None:
+        steps = _steps(inp.times)
+        why = "the run is already asynchronous, on separate GPU pools (see balanced_pools)"
+        return pl.concat(
+            [_unavailable(steps, OVERLAP, v, why) for v in ("separate_gpus", "shared_gpus")]
+        )
     s = pipeline(_steps(inp.times))
     separate = s.with_columns(
         (pl.col("fill_s") + pl.max_horizontal("next_s", "rest_s")).alias("bound_s")
@@ -321,10 +344,79 @@ def transition_bounds(inp: WhatIfInputs) -> pl.DataFrame:
     return _rows(rows, TRANSITION, "between_phases", pl.when(unseen).then(pl.lit(NO_STEP_TIMER)))
 
 
+def best_split(trainer_busy_s: float, rollout_busy_s: float, gpus: int) -> tuple[int, float]:
+    """The trainer's GPUs of the best split of ``gpus`` between two pools, and its step time.
+
+    The step time of a split ``g`` is ``max(trainer_busy_s / g, rollout_busy_s / (gpus − g))``;
+    the best is the smallest over ``g = 1 … gpus − 1`` (the fewest trainer GPUs on a tie).
+    """
+    return min(
+        ((g, max(trainer_busy_s / g, rollout_busy_s / (gpus - g))) for g in range(1, gpus)),
+        key=lambda pair: (pair[1], pair[0]),
+    )
+
+
+def balanced_pool_bounds(inp: WhatIfInputs) -> pl.DataFrame | None:
+    """``balanced_pools``: the step at the best split of the GPUs between pools (ASSUMPTIONS).
+
+    None for a run without pools; rows with a null bound where the pools' busy time is unknown.
+    """
+    steps = _steps(inp.times)
+    if inp.pools is None:
+        if inp.pools_missing is None:
+            return None
+        return _unavailable(steps, BALANCED_POOLS, BEST_SPLIT, inp.pools_missing)
+    rows: list[tuple[object, ...]] = []
+    for step, step_s, trainer_s, n_t, rollout_s, n_r in (
+        steps.join(inp.pools, on="step", how="left")
+        .select(
+            "step", "step_s", "trainer_busy_s", "trainer_gpus", "rollout_busy_s", "rollout_gpus"
+        )
+        .rows()
+    ):
+        gpus = (n_t or 0) + (n_r or 0)
+        if trainer_s is None or rollout_s is None or gpus < 2:
+            rows.append((step, step_s, None, NO_BUSY, None))
+            continue
+        g, bound = best_split(trainer_s, rollout_s, gpus)
+        text = (
+            f"{ASSUMPTIONS[(BALANCED_POOLS, BEST_SPLIT)].rsplit(';', 1)[0]}; best split here: "
+            f"trainer {g} + rollout {gpus - g} GPUs (measured {n_t} + {n_r})"
+        )
+        rows.append((step, step_s, bound, None, text))
+    frame = pl.DataFrame(
+        rows,
+        schema={
+            "step": pl.Int64,
+            "measured_s": pl.Float64,
+            "bound_s": pl.Float64,
+            "note": pl.String,
+            "_own_text": pl.String,
+        },
+        orient="row",
+    )
+    return frame.select(
+        "step",
+        pl.lit(BALANCED_POOLS).alias("bound"),
+        pl.lit(BEST_SPLIT).alias("variant"),
+        "measured_s",
+        "bound_s",
+        "note",
+        "_own_text",
+    )
+
+
 def whatif_table(inp: WhatIfInputs) -> pl.DataFrame:
     """Every bound, one row per step × bound × variant (:data:`WHATIF_SCHEMA`)."""
+    pooled = balanced_pool_bounds(inp)
     rows = pl.concat(
-        [overlap_bounds(inp), tail_bounds(inp), balanced_bounds(inp), transition_bounds(inp)],
+        [
+            overlap_bounds(inp),
+            tail_bounds(inp),
+            balanced_bounds(inp),
+            transition_bounds(inp),
+            *([pooled] if pooled is not None else []),
+        ],
         how="diagonal",
     )
     if "energy_saving_j" not in rows.columns:
@@ -355,9 +447,14 @@ def whatif_table(inp: WhatIfInputs) -> pl.DataFrame:
         .alias("energy_saving_j"),
         pl.when(pl.col("note").is_not_null())
         .then(pl.lit("not available: ") + pl.col("note"))
-        .otherwise(pl.col("_text").fill_null(BALANCED_PHASE))
+        .otherwise(_own_text(rows).fill_null(pl.col("_text")).fill_null(BALANCED_PHASE))
         .alias("assumption"),
     ).cast(WHATIF_SCHEMA)  # type: ignore[arg-type]
+
+
+def _own_text(rows: pl.DataFrame) -> pl.Expr:
+    """A row's own assumption (``balanced_pools`` names its split), where it has one."""
+    return pl.col("_own_text") if "_own_text" in rows.columns else pl.lit(None, pl.String)
 
 
 def run_level(table: pl.DataFrame) -> pl.DataFrame:

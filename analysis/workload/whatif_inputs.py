@@ -16,6 +16,7 @@ import polars as pl
 from nvtx_phases.naming import STEP  # stdlib only
 
 from ..errors import WorkloadInputError, one_line
+from ..frames import int_value
 from ..model import PROJECTION, WINDOW, Analysis, RunSummary
 from .whatif import WhatIfInputs
 
@@ -144,7 +145,10 @@ def inputs_from_analysis(
             )
     gap = rows.filter(pl.col("path") == STEP).select("step", "gap_energy_j")
     trace, pid = rows.select("trace", "pid").row(0)
+    pools, pools_missing = _pool_work(analysis, rows)
     return WhatIfInputs(
+        pools=pools,
+        pools_missing=pools_missing,
         times=times,
         busy=None if busy.is_empty() else busy,
         rank_ends=None if tails.is_empty() else tails.select("step", "pid", "gen_end_ns"),
@@ -153,6 +157,46 @@ def inputs_from_analysis(
         idle_power_w=idle_power_total(analysis.summary),
         source=f"{name}: window phases of {trace} pid {pid}",
         left_out=left_out,
+    )
+
+
+def _pool_work(analysis: Analysis, rows: pl.DataFrame) -> tuple[pl.DataFrame | None, str | None]:
+    """``balanced_pools``' inputs: per trainer step, each pool's busy GPU time and GPUs.
+
+    The trainer pool is the driver's (``rows``: its step rows); the rollout pool the one other
+    pool with GPUs. Its busy GPU time is that of its top-level window ranges (the rollouter's
+    versions) over the run, spread evenly over the trainer steps. ``(None, None)`` for a run
+    without pools; ``(None, why)`` where the bound cannot be given.
+    """
+    import polars as pl
+
+    if analysis.pools is None or "pool" not in rows.columns:
+        return None, None
+    trainer = rows["pool"].drop_nulls().unique().to_list()
+    gpus = dict(zip(analysis.pools["pool"], analysis.pools["n_devices"], strict=True))
+    others = [p for p in gpus if p not in trainer and gpus[p] and p != "unpooled"]
+    if len(trainer) != 1 or len(others) != 1:
+        return None, (
+            f"needs two GPU pools with GPUs, the trainer's and one other (pools: "
+            f"{', '.join(f'{p} ({n} GPUs)' for p, n in gpus.items())})"
+        )
+    rollout = others[0]
+    top = analysis.phases.filter(
+        (pl.col("attribution") == WINDOW) & (pl.col("pool") == rollout) & (pl.col("level") == 0)
+    )
+    if top.is_empty() or top["gpu_busy_ns"].null_count():
+        return None, f"the {rollout} pool's GPU work was not captured (or it marks no phase)"
+    steps = rows.filter(pl.col("path") == STEP)
+    per_step = int_value(top["gpu_busy_ns"].sum()) / 1e9 / steps.height
+    return (
+        steps.select(
+            "step",
+            (pl.col("gpu_busy_ns") / 1e9).alias("trainer_busy_s"),
+            pl.lit(gpus[trainer[0]], pl.Int64).alias("trainer_gpus"),
+            pl.lit(per_step, pl.Float64).alias("rollout_busy_s"),
+            pl.lit(gpus[rollout], pl.Int64).alias("rollout_gpus"),
+        ),
+        None,
     )
 
 

@@ -20,7 +20,19 @@ _CUT = (
     "A step whose step range, or a phase of it, nsys closed at the capture's end (its process "
     "exited before its last NVTX events were flushed) has no true wall time and is left out."
 )
+#: between a figure's stem and its GPU pool in file names (see ``figures.phases.for_pool``;
+#: kept here too so that captions need no matplotlib)
+POOL_STEM = "__pool-"
+
 FIGURE_CAPTIONS: dict[str, str] = {
+    "idle_by_cause": (
+        "Idle GPU time of each GPU pool (GPU-seconds over all its GPUs), by what the pool was "
+        "doing then: starvation (the trainer waiting for samples), refit (weight sync), partial "
+        "rollout pause, generation limit (the rollouter paused at its staleness limit), "
+        "validation, other phases, and no phase (inside none of the pool's ranges). Each "
+        "instant of the pool's span counts for its innermost phase; the causes add up to the "
+        "pool's idle time (idle_causes.csv has it per step)."
+    ),
     "phase_time_per_step": (
         "Wall time of each phase per step, stacked bottom to top in execution order (the legend "
         "lists them top to bottom, as stacked), each phase in its NVTX colour; the grey 'other "
@@ -112,6 +124,9 @@ VERL_LOGS_CAPTIONS: dict[str, str] = {
 
 def caption_for(stem: str) -> str:
     """The caption of the figure saved as ``stem`` (.png/.svg), or "" when it has none."""
+    base, sep, pool = stem.partition(POOL_STEM)
+    if sep and base in FIGURE_CAPTIONS:  # one GPU pool's copy of a figure (asynchronous RL)
+        return f"GPU pool {pool} only: its phase rows, on its own GPUs. " + FIGURE_CAPTIONS[base]
     if stem in FIGURE_CAPTIONS:
         return FIGURE_CAPTIONS[stem]
     metric = stem.removeprefix("compare_")

@@ -6,7 +6,9 @@ that lacks its data (no GPU work, no power samples) writes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, cast
 
@@ -27,6 +29,7 @@ from ...frames import int_value
 from ...normalize.devices import device_label
 from ...phase_paths import is_step_phase
 from ..outputs.atomic import atomic_write
+from .captions import POOL_STEM
 
 # Same inputs, same bytes: fixed SVG ids and no creation date, so outputs can be diffed.
 matplotlib.rcParams["svg.hashsalt"] = "nvtx-phases"
@@ -62,12 +65,33 @@ _ENERGY_UNITS = ((1e6, "MJ"), (1e3, "kJ"), (1.0, "J"))
 _QS = (0.1, 0.5, 0.9)  # p10, median, p90
 
 
+#: the GPU pool a figure draws (set by :func:`for_pool`): its name in the title and the file
+FIGURE_POOL: ContextVar[str | None] = ContextVar("figure_pool", default=None)
+
+
+@contextmanager
+def for_pool(pool: str) -> Iterator[None]:
+    """Figures saved inside are one GPU pool's: ``Pool P:`` titles, ``STEM__pool-P`` files."""
+    token = FIGURE_POOL.set(pool)
+    try:
+        yield
+    finally:
+        FIGURE_POOL.reset(token)
+
+
 def save_figure(fig: plt.Figure, out: Path, stem: str, *, data: pl.DataFrame) -> list[Path]:
     """Write ``fig`` as ``stem``.png (at :data:`DPI`) and .svg under ``out`` (atomically); close it.
 
     ``data``: exactly the numbers the figure draws (bars, lines, whiskers, bins), written beside
-    it as ``stem``.csv so a paper can re-plot them and a test can check them.
+    it as ``stem``.csv so a paper can re-plot them and a test can check them. Inside
+    :func:`for_pool` the titles name the pool and the files are ``stem__pool-P``.
     """
+    pool = FIGURE_POOL.get()
+    if pool is not None:
+        stem = f"{stem}{POOL_STEM}{pool}"
+        for ax in fig.axes:
+            if ax.get_title():
+                ax.set_title(f"Pool {pool}: {ax.get_title()}")
 
     def writer(ext: str) -> Callable[[Path], None]:
         return lambda p: fig.savefig(p, format=ext, dpi=DPI, **_SAVE_OPTIONS[ext])

@@ -20,6 +20,26 @@ if TYPE_CHECKING:
 
 _FIGURES = "nvtx_phases.analysis.render.figures.phases"
 _LENGTHS = "nvtx_phases.analysis.render.figures.lengths"
+_POOLS = "nvtx_phases.analysis.render.figures.pools"
+
+
+def per_pool(name: str, pools: list[str], args: tuple[pl.DataFrame | Path, ...]) -> list[Path]:
+    """The phase figure ``name`` once per GPU pool, each over that pool's rows only."""
+    import polars as pl
+
+    from . import phases as figures
+
+    drawn: list[Path] = []
+    for pool in pools:
+        mine = tuple(
+            a.filter(pl.col("pool") == pool)
+            if isinstance(a, pl.DataFrame) and "pool" in a.columns
+            else a
+            for a in args
+        )
+        with figures.for_pool(pool):
+            drawn += getattr(figures, name)(*mine)
+    return drawn
 
 
 def phase_figure_tasks(
@@ -31,16 +51,21 @@ def phase_figure_tasks(
     power figures (they are the only large table a figure needs).
     """
     phases = analysis.phases
-    tasks = [
-        FigureTask(f"{_FIGURES}:{name}", (phases, out))
-        for name in (
-            "phase_time_per_step",
-            "phase_share",
-            "busy_idle_per_phase",
-            "data_movement_per_phase",
+    names = ("phase_time_per_step", "phase_share", "busy_idle_per_phase", "data_movement_per_phase")
+    if "pool" in phases.columns:  # an asynchronous run: each figure once per GPU pool
+        pools = sorted(set(phases["pool"].drop_nulls().to_list()))
+        tasks = [FigureTask(f"{__name__}:per_pool", (name, pools, (phases, out))) for name in names]
+        tasks.append(
+            FigureTask(
+                f"{__name__}:per_pool",
+                ("energy_figure", pools, (analysis.phase_devices, phases, out)),
+            )
         )
-    ]
-    tasks.append(FigureTask(f"{_FIGURES}:energy_figure", (analysis.phase_devices, phases, out)))
+        if analysis.idle_causes is not None and not analysis.idle_causes.is_empty():
+            tasks.append(FigureTask(f"{_POOLS}:idle_by_cause_figure", (analysis.idle_causes, out)))
+    else:
+        tasks = [FigureTask(f"{_FIGURES}:{name}", (phases, out)) for name in names]
+        tasks.append(FigureTask(f"{_FIGURES}:energy_figure", (analysis.phase_devices, phases, out)))
     samples = analysis.power_samples
     if samples is not None and not samples.is_empty():
         tasks.append(

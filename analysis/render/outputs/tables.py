@@ -22,6 +22,8 @@ import polars as pl
 
 from ...aggregate.gpu_metrics import TABLE_SCHEMA as GPU_METRICS_SCHEMA
 from ...aggregate.kernels_by_phase import kernels_by_phase
+from ...aggregate.staleness import STALENESS_SCHEMA
+from ...attribute.idle_causes import IDLE_CAUSE_SCHEMA
 from ...energy.envelope import power_envelope
 from ...model import Analysis, RunSummary
 
@@ -73,6 +75,14 @@ def _summary_json(summary: RunSummary, path: Path) -> None:
 
 def _read_summary(path: Path) -> RunSummary:
     return RunSummary.from_dict(json.loads(path.read_text(encoding="utf-8")), source=str(path))
+
+
+def _read_pools(path: Path) -> pl.DataFrame:
+    return pl.read_csv(path, schema_overrides={"devices": pl.String, "processes": pl.String})
+
+
+def _read_idle_causes(path: Path) -> pl.DataFrame:
+    return pl.read_csv(path, schema=IDLE_CAUSE_SCHEMA)
 
 
 def _read_gpu_metrics(path: Path) -> pl.DataFrame:
@@ -170,6 +180,33 @@ TABLES: tuple[OutputTable, ...] = (
         "the whole run's (energy per phase row comes with the phase rows)",
         field="power_samples",
         read=pl.read_parquet,
+    ),
+    OutputTable(
+        "pools.csv",
+        "GPU pools (asynchronous RL): GPUs, processes, GPU time balance per pool",
+        lambda a, _: a.pools,
+        _csv,
+        "the whole run's (a pool's balance is not selected by step)",
+        field="pools",
+        read=_read_pools,
+    ),
+    OutputTable(
+        "idle_causes.csv",
+        "idle GPU time per pool, step (or parameter version) and cause (asynchronous RL)",
+        lambda a, _: a.idle_causes,
+        _csv,
+        _BY_STEP,
+        field="idle_causes",
+        read=_read_idle_causes,
+    ),
+    OutputTable(
+        "staleness.csv",
+        "per trainer step: parameter version lag of the samples it trained on (asynchronous RL)",
+        lambda a, _: a.staleness,
+        _csv,
+        _BY_STEP,
+        field="staleness",
+        read=lambda path: pl.read_csv(path, schema=STALENESS_SCHEMA),
     ),
     OutputTable(
         "summary.json",

@@ -147,10 +147,15 @@ def _gpu_time_notes(frame: pl.DataFrame, analysis: Analysis) -> tuple[pl.DataFra
 
 def phase_table(summary: pl.DataFrame, analysis: Analysis) -> ReportTable:
     """The phase table in display units; metrics without a value in any row are left out."""
-    frame = _by_scheme(summary).select(list(PHASE_COLUMNS))
+    columns = list(PHASE_COLUMNS)
+    labels = PHASE_COLUMNS
+    if "pool" in summary.columns:  # an asynchronous run: each pool's phases side by side
+        columns.insert(1, "pool")
+        labels = {"pool": "GPU pool", **PHASE_COLUMNS}
+    frame = _by_scheme(summary).select(columns)
     if frame.is_empty():
         notes = [no_phases_reason(analysis)]
-        return humanize(PHASE_TABLE_TITLE, frame, labels=PHASE_COLUMNS, notes=notes)
+        return humanize(PHASE_TABLE_TITLE, frame, labels=labels, notes=notes)
     notes = [SCHEME_NOTE]
     if analysis.summary.gpu.n_gpu_ops == 0:
         notes.append("No GPU activity in these traces (a CPU-only capture): wall times only.")
@@ -165,7 +170,7 @@ def phase_table(summary: pl.DataFrame, analysis: Analysis) -> ReportTable:
         title = "Phase summary (whole capture)"
     if frame["energy_j"].null_count() == frame.height:
         notes.append("No power samples: no energy or power columns.")
-    return humanize(title, frame, labels=PHASE_COLUMNS, notes=notes, drop_empty=True)
+    return humanize(title, frame, labels=labels, notes=notes, drop_empty=True)
 
 
 def report_tables(analysis: Analysis, sections: list[Section] | None = None) -> list[ReportTable]:

@@ -105,8 +105,13 @@ def md_table(table: ReportTable, *, link_csv: bool = True, level: int = 2) -> li
 
 
 def figure_title(stem: str) -> str:
-    """A figure's title from its file stem: ``busy_idle_per_phase`` → ``busy idle per phase``."""
-    return stem.replace("_", " ")
+    """A figure's title from its file stem: ``busy_idle_per_phase`` → ``busy idle per phase``.
+
+    One GPU pool's copy (``busy_idle_per_phase__pool-trainer``) reads ``busy idle per phase,
+    pool trainer``.
+    """
+    base, sep, pool = stem.partition("__pool-")
+    return base.replace("_", " ") + (f", pool {pool}" if sep else "")
 
 
 #: CSS pixels per inch of figure: a 7.5-inch figure shows 825 px wide, whatever its dpi
