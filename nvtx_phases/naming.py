@@ -164,6 +164,14 @@ PHASE_COLORS: dict[str, int] = {
     "update_actor": 0xFFDD8452,
     "update_critic": 0xFFDA8BC3,
     "update_weights": 0xFF937860,
+    # asynchronous RL (the rollouter's axis and what the pools wait on)
+    "version": 0xFF4C72B0,
+    "param_sync": 0xFF0072B2,
+    "weight_sync": 0xFF0072B2,
+    "staleness_wait": 0xFFE69F00,
+    "partial_pause": 0xFFBCBD22,
+    "validate": 0xFF1B9E77,
+    "wait_for_enough_samples": 0xFF8B0000,
 }
 DEFAULT_COLOR = 0xFF999999
 

@@ -231,7 +231,14 @@ def attribute_buckets(
         .select(*RANGE_COLUMNS, *(["pool"] if pools.split else []))
         .sort("rid"),
         pools=balance,
-        idle_causes=idle_by_cause(layouts, seg_dev, phases) if pools.split else None,
+        idle_causes=idle_by_cause(
+            layouts,
+            seg_dev,
+            phases,
+            not_captured=balance.filter(~pl.col("captured"))["pool"].to_list(),
+        )
+        if balance is not None
+        else None,
     )
 
 
@@ -327,7 +334,18 @@ def pool_balance(
             (
                 pl.col("attributed_gpu_ns") + pl.col("unattributed_gpu_ns")
                 == pl.col("total_gpu_ns")
-            ).alias("gpu_time_conserved")
+            ).alias("gpu_time_conserved"),
+            # no operation on the pool's GPUs (or no GPU): its GPU time unknown, not 0
+            (pl.col("total_gpu_ns").fill_null(0) > 0).alias("captured"),
+        )
+        .with_columns(
+            pl.when(pl.col("captured")).then(pl.col(c)).alias(c)
+            for c in (
+                "total_gpu_ns",
+                "attributed_gpu_ns",
+                "unattributed_gpu_ns",
+                "gpu_time_conserved",
+            )
         )
         .select(
             "pool",
@@ -335,6 +353,7 @@ def pool_balance(
             "n_devices",
             "devices",
             "processes",
+            "captured",
             "total_gpu_ns",
             "attributed_gpu_ns",
             "unattributed_gpu_ns",
@@ -351,7 +370,7 @@ def _pool_warnings(balance: pl.DataFrame | None) -> list[str]:
         f"GPU time not conserved in pool {r['pool']}: its phases hold {r['attributed_gpu_ns']:,} "
         f"ns and {r['unattributed_gpu_ns']:,} ns lies inside none of them, but its GPUs' "
         f"operations total {r['total_gpu_ns']:,} ns — please report this trace"
-        for r in balance.filter(~pl.col("gpu_time_conserved")).iter_rows(named=True)
+        for r in balance.filter(~pl.col("gpu_time_conserved").fill_null(True)).iter_rows(named=True)
     ]
 
 

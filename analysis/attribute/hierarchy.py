@@ -280,7 +280,12 @@ def build_hierarchy(
         phases.filter(~pl.col("is_step"))
         .join(windows, on="step", how="inner")
         .join(own_ends, on=[*PROCESS, "step"], how="left")
-        .filter(pl.col("end_ns") > pl.coalesce("own_end_ns", "step_end_ns"))
+        .filter(
+            pl.col("end_ns") > pl.coalesce("own_end_ns", "step_end_ns")
+            # with pools, a process without step ranges has its own pool's steps (versions)
+            if groups is None
+            else pl.col("end_ns") > pl.col("own_end_ns")
+        )
         .height
     )
     if crossing:

@@ -16,6 +16,8 @@ any other pool is generation (``other``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import polars as pl
 
 from .operations import WindowLayout
@@ -96,13 +98,18 @@ def pool_segments(layouts: WindowLayout) -> pl.DataFrame:
 
 
 def idle_by_cause(
-    layouts: WindowLayout, seg_sums: pl.DataFrame, phases: pl.DataFrame
+    layouts: WindowLayout,
+    seg_sums: pl.DataFrame,
+    phases: pl.DataFrame,
+    *,
+    not_captured: Sequence[str] = (),
 ) -> pl.DataFrame:
     """Per ``(pool, step, cause)``: wall time, busy and idle GPU time (:data:`IDLE_CAUSE_SCHEMA`).
 
     ``seg_sums``: ``seg, device, gpu_busy_ns`` per (segment, GPU) of the run's window pieces;
     ``phases``: ``rid, canonical, step`` of the phase ranges. ``step`` is the innermost range's
     (a trainer step, or the rollouter's parameter version); null for ``no_phase`` time.
+    ``not_captured``: pools whose GPU work the capture lacks: their busy and idle time null.
     """
     segments = pool_segments(layouts)
     busy = seg_sums.group_by("seg").agg(pl.col("gpu_busy_ns").sum())
@@ -136,8 +143,12 @@ def idle_by_cause(
     order = pl.col("cause").replace_strict(
         {c: i for i, c in enumerate(CAUSES)}, return_dtype=pl.Int64
     )
+    unknown = pl.col("pool").is_in(list(not_captured))
     return (
-        rows.sort(["pool", "step", order], nulls_last=True)
+        rows.with_columns(
+            pl.when(~unknown).then(pl.col(c)).alias(c) for c in ("gpu_busy_ns", "idle_ns")
+        )
+        .sort(["pool", "step", order], nulls_last=True)
         .select(list(IDLE_CAUSE_SCHEMA))
         .cast(IDLE_CAUSE_SCHEMA)  # type: ignore[arg-type]
     )

@@ -24,6 +24,7 @@ import polars as pl
 
 from ..intervals import union_blocks
 from ..model import WINDOW
+from .pools import UNPOOLED
 
 #: mean power per GPU above idle that says a GPU worked (W): idle H100/A100 draw 50–90 W, a
 #: decoding GPU hundreds; sampling noise stays within a few watts
@@ -71,7 +72,12 @@ def not_captured(
     captured operations.
     """
     window = (pl.col("attribution") == WINDOW) & pl.col("pool").is_not_null()
-    silent = [p for p, devices in pool_devices.items() if not devices or not pool_gpu_ns.get(p)]
+    # the unpooled driver processes have no GPU by construction: nothing is missing there
+    silent = [
+        p
+        for p, devices in pool_devices.items()
+        if p != UNPOOLED and (not devices or not pool_gpu_ns.get(p))
+    ]
     without_ops = members.join(launching.select("trace", "pid"), on=["trace", "pid"], how="anti")
     evidence = _nvtx_evidence(table, window, ranges, without_ops)
     above = (
@@ -149,6 +155,11 @@ def _warnings(
         listed = ", ".join(f"{t} pid {p}" for t, p in processes.select("trace", "pid").rows()[:6])
         if not pool_devices.get(name):
             what = f"pool {name} has no GPU operation in the capture (no GPU of it is known)"
+        elif not pool_gpu_ns.get(name):
+            what = (
+                f"pool {name}'s GPUs ({', '.join(pool_devices[name][:4])}) ran no captured "
+                "operation in the whole capture"
+            )
         else:
             what = (
                 f"pool {name}'s GPUs ({', '.join(pool_devices[name][:4])}) hold "

@@ -158,7 +158,8 @@ def resolve_pools(
             return Pools.whole(devices)
     members, pool_devices, merge_warnings = _with_devices(claimed, process_devices)
     members, pool_devices, rest_warnings = _rest(members, pool_devices, phases, devices)
-    if len(pool_devices) < 2 and source != "user":
+    # one named pool (the rest unpooled) says nothing about which GPU does what: colocated
+    if len(set(pool_devices) - {UNPOOLED}) < 2 and source != "user":
         return Pools.whole(devices)
     return Pools(
         members.sort("pool", "trace", "pid"),

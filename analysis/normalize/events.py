@@ -167,7 +167,14 @@ def nvtx_ranges(raw: RawTrace, *, offset_ns: int = 0) -> tuple[pl.DataFrame, lis
     if events is None:
         return pl.DataFrame(schema=RANGES_SCHEMA), warnings
     ranges = events.filter(pl.col("eventType").is_in(RANGE_EVENT_TYPES))
-    if ranges.is_empty() and events["eventType"].is_in([NVTX_DOMAIN_CREATE]).any():
+    # domains created but nothing in them recorded; a process that only marks (an inference
+    # server's pool mark) has its marks, and nothing is missing
+    marks_only = events["eventType"].is_in([NVTX_MARK]).any()
+    if (
+        ranges.is_empty()
+        and events["eventType"].is_in([NVTX_DOMAIN_CREATE]).any()
+        and not marks_only
+    ):
         warnings.append(
             f"{raw.label}: {NO_RANGES_HINT}: this nsys did not record the "
             "ranges of the Python nvtx package in use (nsys 2022.4/2023.4 with nvtx >= 0.2.9); "

@@ -31,6 +31,8 @@ from .report.units import fixed
 
 #: what a GPU column shows where no GPU is in the row's scope
 NO_GPU = "—"
+#: what a GPU column shows where the row's GPU work was not captured (never 0 % busy)
+NOT_CAPTURED = "n/c"
 #: fewest rows a process gets in the table (its first step, at least) before the rest are cut
 MIN_GROUP_ROWS = 4
 #: narrowest the phase column gets on a narrow console (longer names end in …)
@@ -99,15 +101,19 @@ def _cells(row: dict, columns: list[_Column]) -> list[str | Text]:
     indent = "  " * int(row["level"] or 0)
     name = Text(indent + row["path"].rsplit("/", 1)[-1])  # Text: names are never markup
     step = "" if row["step"] is None else str(row["step"])
-    gpu = [NO_GPU if c.own_gpu and not row["n_devices"] else c.cell(row) for c in columns]
+    if row.get("kernels_captured") is False:  # GPU work of the row's pool not captured
+        gpu = [NOT_CAPTURED if c.own_gpu else c.cell(row) for c in columns]
+    else:
+        gpu = [NO_GPU if c.own_gpu and not row["n_devices"] else c.cell(row) for c in columns]
     return [step, name, _ms(row["wall_ns"]), *gpu]
 
 
 def _groups(phases: pl.DataFrame) -> pl.DataFrame:
     """One row per (trace, pid, attribution) in display order: window (drivers) first."""
+    pool = [pl.col("pool").drop_nulls().first()] if "pool" in phases.columns else []
     return (
         phases.group_by("trace", "pid", "attribution")
-        .agg(pl.len().alias("n_rows"), pl.col("start_ns").min())
+        .agg(pl.len().alias("n_rows"), pl.col("start_ns").min(), *pool)
         .with_columns((pl.col("attribution") != WINDOW).alias("_worker"))
         .sort("_worker", "trace", "pid", "attribution")
     )
@@ -120,11 +126,14 @@ def _group_title(group: dict, n_traces: int, has_workers: bool) -> str:
     else:
         role = "driver" if has_workers else "process"
     where = f"{group['trace']} " if n_traces > 1 else ""
-    return f"{role} · {where}pid {group['pid']}"
+    pool = f" · pool {group['pool']}" if group.get("pool") else ""
+    return f"{role} · {where}pid {group['pid']}{pool}"
 
 
 def _caption(analysis: Analysis, scheme: str, rows: pl.DataFrame, process: bool) -> str:
-    if scheme == WINDOW:
+    if scheme == WINDOW and "pool" in rows.columns:
+        lines = ["window: a driver's phases, the GPU work of its pool's GPUs inside each"]
+    elif scheme == WINDOW:
         lines = ["window: a driver's phases, the GPU work of all devices inside each"]
     else:
         lines = [
@@ -144,6 +153,10 @@ def _caption(analysis: Analysis, scheme: str, rows: pl.DataFrame, process: bool)
         )
     elif bool((rows["n_devices"] == 0).any()):
         lines.append(f"{NO_GPU}: no GPU in the row's scope (the range launched no GPU work)")
+    if "kernels_captured" in rows.columns and not rows["kernels_captured"].fill_null(True).all():
+        lines.append(
+            f"{NOT_CAPTURED}: the pool's GPU work was not captured in this row (see the warning)"
+        )
     return "\n".join(lines)
 
 

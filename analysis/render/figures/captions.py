@@ -126,7 +126,11 @@ def caption_for(stem: str) -> str:
     """The caption of the figure saved as ``stem`` (.png/.svg), or "" when it has none."""
     base, sep, pool = stem.partition(POOL_STEM)
     if sep and base in FIGURE_CAPTIONS:  # one GPU pool's copy of a figure (asynchronous RL)
-        return f"GPU pool {pool} only: its phase rows, on its own GPUs. " + FIGURE_CAPTIONS[base]
+        return (
+            f"GPU pool {pool} only: its phase rows, on its own GPUs (where the pool's driver "
+            "marks parameter versions, not steps, as the rollouter does, its steps are those "
+            "versions). " + FIGURE_CAPTIONS[base]
+        )
     if stem in FIGURE_CAPTIONS:
         return FIGURE_CAPTIONS[stem]
     metric = stem.removeprefix("compare_")

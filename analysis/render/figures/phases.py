@@ -325,7 +325,10 @@ def energy_per_device(phase_devices: pl.DataFrame, order: list[str] | None = Non
     present = sorted(set(per["path"].to_list()))
     ranked = [p for p in (order or []) if p in present]
     ranked += [p for p in present if p not in ranked]
-    rank = pl.DataFrame({"path": ranked, "order": range(len(ranked))})
+    rank = pl.DataFrame(
+        {"path": ranked, "order": range(len(ranked))},
+        schema={"path": pl.String, "order": pl.Int64},
+    )
     per = per.join(rank, on="path").with_columns(
         pl.col("path").str.split("/").list.last().alias("phase")
     )

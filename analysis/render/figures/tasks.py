@@ -24,15 +24,37 @@ _POOLS = "nvtx_phases.analysis.render.figures.pools"
 
 
 def per_pool(name: str, pools: list[str], args: tuple[pl.DataFrame | Path, ...]) -> list[Path]:
-    """The phase figure ``name`` once per GPU pool, each over that pool's rows only."""
+    """The phase figure ``name`` once per GPU pool, each over that pool's rows only.
+
+    A pool whose rows have no ``step`` range but the rollouter's ``version`` ranges (the
+    rollout axis) is drawn with its versions as the figures' steps (the caption says so).
+    """
     import polars as pl
 
+    from nvtx_phases.naming import PATH_SEP, STEP, VERSION
+
     from . import phases as figures
+
+    def as_steps(frame: pl.DataFrame) -> pl.DataFrame:
+        if "path" not in frame.columns or (frame["path"] == STEP).any():
+            return frame
+        if not (frame["path"] == VERSION).any():
+            return frame
+        path = pl.col("path")
+        renamed = [
+            pl.when(path == VERSION)
+            .then(pl.lit(STEP))
+            .otherwise(path.str.replace(f"^{VERSION}{PATH_SEP}", STEP + PATH_SEP))
+            .alias("path")
+        ]
+        if "canonical" in frame.columns:
+            renamed.append(pl.col("canonical").replace(VERSION, STEP))
+        return frame.with_columns(renamed)
 
     drawn: list[Path] = []
     for pool in pools:
         mine = tuple(
-            a.filter(pl.col("pool") == pool)
+            as_steps(a.filter(pl.col("pool") == pool))
             if isinstance(a, pl.DataFrame) and "pool" in a.columns
             else a
             for a in args

@@ -237,7 +237,10 @@ def scheme_gpu_times(analysis: Analysis, attributed: str = "in phases") -> list[
     }
     parts, absent = [], []
     for scheme, (inside, outside) in sides.items():
-        label = f"{scheme} ({SCHEME_MEANING[scheme]})"
+        meaning = SCHEME_MEANING[scheme]
+        if scheme == WINDOW and analysis.pools is not None:
+            meaning = "driver phases, the work of their own pool's GPUs inside them"
+        label = f"{scheme} ({meaning})"
         if scheme not in present:
             absent.append(f"{label}: no phases in this run")
             continue
