@@ -31,7 +31,7 @@ THREAD: Final = ("trace", "gtid")
 
 #: The column (per range, and per phase-table row: any of its ranges) flagging a range that ends
 #: exactly at the end of its file's capture: nsys closed it there, so its duration is not its own
-#: (:func:`analysis.attribute.buckets.mark_cut`).
+#: (:func:`analysis.attribute.phase_ranges.mark_cut`).
 CUT: Final = "cut_at_capture_end"
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from nvtx_phases.analysis.attribute.buckets import mark_cut
+from nvtx_phases.analysis.attribute.phase_ranges import mark_cut
 from nvtx_phases.analysis.render.outputs.files import load_analysis
 from nvtx_phases.analysis.render.report.document import phase_summary
 from nvtx_phases.analysis.render.report.findings import what_stands_out

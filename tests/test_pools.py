@@ -20,7 +20,7 @@ from nvtx_phases.analysis.attribute.pools import (
 from nvtx_phases.analysis.errors import InputError
 from nvtx_phases.analysis.options import AnalyzeOptions
 from nvtx_phases.analysis.run.pipeline import analyze
-from nvtx_phases.analysis.workload.whatif import best_split
+from nvtx_phases.analysis.workload.whatif_pools import best_split
 from nvtxp_testkit import SAMPLES, SPLIT_SAMPLE
 
 from nvtx_phases.naming import pool_mark_text, samples_mark_text

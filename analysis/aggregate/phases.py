@@ -22,7 +22,7 @@ Definitions (also in the README):
 - ``process_*`` (projection rows only, null on window rows): the GPU work of the range's whole
   process inside its interval, every thread (see :mod:`analysis.attribute.process`).
 - ``cut_at_capture_end``: a range of the row ends exactly at the end of its file's capture
-  (:func:`analysis.attribute.buckets.mark_cut`): its wall time is not the range's own.
+  (:func:`analysis.attribute.phase_ranges.mark_cut`): its wall time is not the range's own.
 """
 
 from __future__ import annotations

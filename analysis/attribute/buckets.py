@@ -9,7 +9,6 @@ the single-pass result.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,17 +24,15 @@ from ..energy.attach import attach_energy
 from ..energy.idle import busy_blocks, idle_guard_ns
 from ..energy.samples import PowerData
 from ..frames import concat_or_empty
-from ..model import CUT, PROJECTION, THREAD, WINDOW, EnergyTotals, GpuTotals
+from ..model import CUT, PROJECTION, WINDOW, EnergyTotals, GpuTotals
 from ..normalize.events import OPS_SCHEMA
 from ..normalize.launches import CALL_COLUMNS
 from . import operations as attribute
-from .conservation import TIME_COLUMNS, RunTotals, conservation_warnings
-from .hierarchy import build_hierarchy
-from .idle_causes import idle_by_cause
+from .conservation import RunTotals, conservation_warnings
 from .intervals import BusyAccumulator
-from .not_captured import not_captured
 from .phase_map import PhaseMap
-from .pools import PROCESS_DEVICE_SCHEMA, PROCESS_NAME_SCHEMA, Pools, resolve_pools
+from .phase_ranges import phases_and_pools
+from .pool_outputs import PoolInputs, pool_outputs, with_pool
 from .process import ProcessLayout, ProcessSums
 from .threads import ThreadSums
 
@@ -66,28 +63,6 @@ class Bucket:
     lo_ns: int | None
     hi_ns: int | None
     ops: pl.DataFrame
-
-
-_NO_PROCESSES = pl.DataFrame(schema={"trace": pl.String, "pid": pl.Int64})
-
-
-@dataclass(frozen=True)
-class PoolInputs:
-    """What :func:`~analysis.attribute.pools.resolve_pools` reads besides the phase ranges.
-
-    ``marks``: the run's NVTX marks (pool marks among them); ``process_devices``: ``trace, pid,
-    device`` of every GPU each process's operations ran on; ``process_names``: ``trace, pid,
-    process_name``; ``given``: the user's pools (name → patterns), or None.
-    """
-
-    marks: pl.DataFrame
-    process_devices: pl.DataFrame = dataclasses.field(
-        default_factory=lambda: pl.DataFrame(schema=PROCESS_DEVICE_SCHEMA)
-    )
-    process_names: pl.DataFrame = dataclasses.field(
-        default_factory=lambda: pl.DataFrame(schema=PROCESS_NAME_SCHEMA)
-    )
-    given: Mapping[str, tuple[str, ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -136,44 +111,22 @@ def attribute_buckets(
 ) -> Attributed:
     """Attribute a run's operations, bucket by bucket in time order, to its phase ranges.
 
-    Everything per range is a sum, min, max or set over operations, except busy time (a
-    union), which :class:`~analysis.attribute.intervals.BusyAccumulator` carries across buckets;
-    so the result equals a single pass. ``activity_dir``: write each bucket's per-operation rows
-    there (``gpu_activity`` is then a lazy scan of them) instead of holding them in memory.
-    ``thread_names``: ``trace, gtid, thread_name`` (for the warning about launching threads
-    without a range). ``capture_ends``: each file's capture end on the run's clock (by label),
-    for :func:`mark_cut`. ``pool_inputs``: what tells the run's GPU pools
-    (:mod:`analysis.attribute.pools`); None: one pool of every GPU.
+    Per range, sums, min, max, sets and busy unions (carried across buckets by
+    :class:`~analysis.attribute.intervals.BusyAccumulator`): any bucketing gives the one-pass
+    result. ``activity_dir``: per-operation rows written there, not held; ``thread_names``:
+    ``trace, gtid, thread_name``; ``capture_ends``: each file's capture end (by label);
+    ``pool_inputs``: what tells the GPU pools (:mod:`analysis.attribute.pools`; None: one).
     """
-    hierarchy = build_hierarchy(ranges, phase_map)
-    phases = mark_cut(_with_attribution(hierarchy.phases, launch_threads), capture_ends or {})
-    pools = Pools.whole(devices)
-    if pool_inputs is not None:
-        pools = resolve_pools(
-            phases,
-            marks=pool_inputs.marks,
-            process_devices=pool_inputs.process_devices,
-            process_names=pool_inputs.process_names,
-            devices=devices,
-            given=pool_inputs.given,
-        )
-    if pools.split:  # steps of processes without step ranges come from their own pool's
-        hierarchy = build_hierarchy(ranges, phase_map, groups=pools.members)
-        phases = mark_cut(_with_attribution(hierarchy.phases, launch_threads), capture_ends or {})
+    hierarchy, phases, pools = phases_and_pools(
+        ranges, launch_threads, devices, phase_map, capture_ends or {}, pool_inputs
+    )
     proj_ranges = phases.filter(pl.col("attribution") == PROJECTION)
     window_ranges = phases.filter(pl.col("attribution") == WINDOW)
     timeline = window_ranges if window_ranges.height else phases
     layouts = attribute.pool_layouts(timeline, pools)
     on_gpus = attribute.window_devices(layouts, devices)
 
-    sums = _RunSums(
-        devices,
-        activity_dir,
-        power,
-        RunTotals(layouts, proj_ranges),
-        ProcessSums(ProcessLayout.of(proj_ranges), devices),
-        attribute.enclosure_layout(proj_ranges),
-    )
+    sums = _RunSums.over(devices, activity_dir, power, layouts, proj_ranges)
     for bucket in buckets:
         sums.add(bucket, proj_ranges, layouts, phases, hierarchy.steps)
     metrics, per_device, proj_devices, gpu, seg_dev = _range_metrics(
@@ -191,23 +144,12 @@ def attribute_buckets(
         window_devices=on_gpus if pools.split else None,
         pools=[(t.ranges, t.devices) for t in layouts] if pools.split else None,
     )
-    table = aggregate.phase_table(_with_pool(phases, pools, layouts), energy.metrics)
-    balance = pool_balance(pools, layouts, seg_dev, sums.totals)
-    missing_warnings: list[str] = []
-    if balance is not None:
-        table, missing_warnings = not_captured(
-            table,
-            ranges,
-            pools.members,
-            pools.devices,
-            dict(zip(balance["pool"], balance["total_gpu_ns"].fill_null(0), strict=True)),
-            pool_inputs.process_devices if pool_inputs is not None else _NO_PROCESSES,
-        )
+    pooled = with_pool(phases, pools, layouts)
+    table = aggregate.phase_table(pooled, energy.metrics)
+    extra = pool_outputs(table, ranges, phases, pools, layouts, seg_dev, sums.totals, pool_inputs)
     return Attributed(
-        phases=table,
-        phase_devices=phase_devices(
-            _with_pool(phases, pools, layouts), energy.per_device, devices, on_gpus
-        ),
+        phases=extra.phases,
+        phase_devices=phase_devices(pooled, energy.per_device, devices, on_gpus),
         gpu_activity=sums.activity(),
         kernels=aggregate.kernel_table(sums.kernels or [aggregate.kernel_partial(_EMPTY_OPS)]),
         steps=hierarchy.steps,
@@ -223,22 +165,12 @@ def attribute_buckets(
             *sums.threads.warnings(ranges, proj_ranges, thread_names, gpu.total_gpu_ns),
             *conservation_warnings(gpu),
             *pools.warnings,
-            *_pool_warnings(balance),
-            *missing_warnings,
+            *extra.warnings,
         ],
         power_samples=power.samples if power is not None else None,
-        ranges=_with_pool(phases, pools, layouts)
-        .select(*RANGE_COLUMNS, *(["pool"] if pools.split else []))
-        .sort("rid"),
-        pools=balance,
-        idle_causes=idle_by_cause(
-            layouts,
-            seg_dev,
-            phases,
-            not_captured=balance.filter(~pl.col("captured"))["pool"].to_list(),
-        )
-        if balance is not None
-        else None,
+        ranges=pooled.select(*RANGE_COLUMNS, *(["pool"] if pools.split else [])).sort("rid"),
+        pools=extra.balance,
+        idle_causes=extra.idle_causes,
     )
 
 
@@ -288,146 +220,6 @@ def _range_metrics(
     return metrics, per_device, proj_devices, gpu, seg_dev.join(innermost, on="seg", how="left")
 
 
-def pool_balance(
-    pools: Pools,
-    layouts: attribute.WindowLayout,
-    seg_sums: pl.DataFrame,
-    totals: RunTotals,
-) -> pl.DataFrame | None:
-    """Per pool: its GPUs, processes and window GPU time balance; None for a run without pools.
-
-    ``total_gpu_ns`` and ``unattributed_gpu_ns`` from the operations on the pool's GPUs as
-    read (outside every window range of the pool: :class:`RunTotals`), ``attributed_gpu_ns``
-    from the per-segment sums of the pool's segments that have an innermost range (what its
-    rows are built from); ``gpu_time_conserved``: the two add up to the total.
-    """
-    if not pools.split:
-        return None
-    segment_pool = pl.concat(
-        [
-            pl.DataFrame(
-                {
-                    "seg": pl.int_range(
-                        t.seg_offset, t.seg_offset + t.boundaries.len() + 1, eager=True
-                    ),
-                    "pool": t.pool,
-                }
-            )
-            for t in layouts
-        ]
-    ).cast({"seg": pl.Int64})
-    held = seg_sums.filter(pl.col("rid").is_not_null()).join(segment_pool, on="seg")
-    attributed = held.group_by("pool").agg(
-        pl.sum_horizontal(*TIME_COLUMNS).sum().alias("attributed_gpu_ns")
-    )
-    sums = pl.DataFrame(
-        [(pool, total, rest) for pool, (total, rest) in totals.pool_sums.items()],
-        schema={"pool": pl.String, "total_gpu_ns": pl.Int64, "unattributed_gpu_ns": pl.Int64},
-        orient="row",
-    )
-    return (
-        pools.table()
-        .join(sums, on="pool", how="left")
-        .join(attributed, on="pool", how="left")
-        .with_columns(pl.col("attributed_gpu_ns").fill_null(0).cast(pl.Int64))
-        .with_columns(
-            (
-                pl.col("attributed_gpu_ns") + pl.col("unattributed_gpu_ns")
-                == pl.col("total_gpu_ns")
-            ).alias("gpu_time_conserved"),
-            # no operation on the pool's GPUs (or no GPU): its GPU time unknown, not 0
-            (pl.col("total_gpu_ns").fill_null(0) > 0).alias("captured"),
-        )
-        .with_columns(
-            pl.when(pl.col("captured")).then(pl.col(c)).alias(c)
-            for c in (
-                "total_gpu_ns",
-                "attributed_gpu_ns",
-                "unattributed_gpu_ns",
-                "gpu_time_conserved",
-            )
-        )
-        .select(
-            "pool",
-            "source",
-            "n_devices",
-            "devices",
-            "processes",
-            "captured",
-            "total_gpu_ns",
-            "attributed_gpu_ns",
-            "unattributed_gpu_ns",
-            "gpu_time_conserved",
-        )
-    )
-
-
-def _pool_warnings(balance: pl.DataFrame | None) -> list[str]:
-    """One line per pool whose window GPU time does not add up."""
-    if balance is None:
-        return []
-    return [
-        f"GPU time not conserved in pool {r['pool']}: its phases hold {r['attributed_gpu_ns']:,} "
-        f"ns and {r['unattributed_gpu_ns']:,} ns lies inside none of them, but its GPUs' "
-        f"operations total {r['total_gpu_ns']:,} ns — please report this trace"
-        for r in balance.filter(~pl.col("gpu_time_conserved").fill_null(True)).iter_rows(named=True)
-    ]
-
-
-def _with_pool(phases: pl.DataFrame, pools: Pools, layouts: attribute.WindowLayout) -> pl.DataFrame:
-    """``phases`` with ``pool``, only in a run with pools.
-
-    A window range's pool is its timeline's; a projection range's its process's (null when its
-    process is in none).
-    """
-    if not pools.split:
-        return phases
-    timeline_pool = pl.concat(
-        [t.ranges.select("rid", pl.lit(t.pool).alias("pool")) for t in layouts]
-    )
-    process_pool = pools.members.rename({"pool": "_process_pool"})
-    return (
-        phases.join(timeline_pool, on="rid", how="left")
-        .join(process_pool, on=["trace", "pid"], how="left")
-        .with_columns(
-            pl.when(pl.col("attribution") == WINDOW)
-            .then(pl.col("pool"))
-            .otherwise(pl.col("_process_pool"))
-            .alias("pool")
-        )
-        .drop("_process_pool")
-    )
-
-
-def mark_cut(ranges: pl.DataFrame, capture_ends: Mapping[str, int]) -> pl.DataFrame:
-    """``ranges`` (``trace, start_ns, end_ns``) with :data:`~analysis.model.CUT`.
-
-    A range is cut when it ends exactly at its file's capture end (``capture_ends``: label →
-    ``ANALYSIS_DETAILS.duration`` on the run's clock) and starts before it: the rule of
-    analyze's warning (:mod:`analysis.normalize.events`). nsys closes a range still open when
-    the capture stops there (its process exited before its last NVTX events were flushed), so
-    its duration runs to the capture's end, not to its own. A file of unknown end: not cut.
-    """
-    end = pl.col("trace").replace_strict(dict(capture_ends), default=None, return_dtype=pl.Int64)
-    cut = (pl.col("end_ns") == end) & (pl.col("start_ns") < end)
-    return ranges.with_columns(cut.fill_null(False).alias(CUT))
-
-
-def _with_attribution(phases: pl.DataFrame, launch_threads: pl.DataFrame) -> pl.DataFrame:
-    """Ranges on a thread that launched GPU work are *projection*, the others *window*."""
-    on_launch_thread = phases.join(
-        launch_threads.with_columns(pl.lit(True).alias("launches")),
-        on=list(THREAD),
-        how="left",
-    )["launches"].fill_null(False)
-    return phases.with_columns(
-        pl.when(on_launch_thread)
-        .then(pl.lit(PROJECTION))
-        .otherwise(pl.lit(WINDOW))
-        .alias("attribution")
-    )
-
-
 class _RunSums:
     """What :func:`attribute_buckets` keeps of each bucket.
 
@@ -435,6 +227,25 @@ class _RunSums:
     run's totals (:class:`RunTotals`), each process's work inside its projection ranges
     (:class:`ProcessSums`) and each launching thread's work (:class:`ThreadSums`).
     """
+
+    @classmethod
+    def over(
+        cls,
+        devices: list[str],
+        activity_dir: Path | None,
+        power: PowerData | None,
+        layouts: attribute.WindowLayout,
+        proj_ranges: pl.DataFrame,
+    ) -> _RunSums:
+        """Empty sums over these pools' window timelines and projection ranges."""
+        return cls(
+            devices,
+            activity_dir,
+            power,
+            RunTotals(layouts, proj_ranges),
+            ProcessSums(ProcessLayout.of(proj_ranges), devices),
+            attribute.enclosure_layout(proj_ranges),
+        )
 
     def __init__(
         self,

@@ -11,7 +11,8 @@ nsys traced). In a run with GPU pools a window phase row of pool ``P`` is **not 
   whose kernels were not: CUDA graphs, engine subprocesses), or ``P``'s GPUs drew more than
   :data:`ACTIVE_ABOVE_IDLE_W` above idle on average in it (power says they worked).
 
-A CPU phase of a traced pool (a reward function, the advantage) stays a measured 0 % busy: its
+A run none of whose pools has a GPU (a CPU-only capture) has nothing missing. A CPU phase of a
+traced pool (a reward function, the advantage) stays a measured 0 % busy: its
 GPUs' operations were captured elsewhere and nothing says they worked then.
 
 Such a row's GPU figures are null (:data:`GPU_FIGURES`), its ``kernels_captured`` false, and a
@@ -71,6 +72,8 @@ def not_captured(
     each pool's captured operations; ``launching``: ``trace, pid`` of the processes with
     captured operations.
     """
+    if not any(pool_devices.values()):  # a CPU-only run: no GPU to be missing (rows show "—")
+        return table.with_columns(pl.lit(True).alias("kernels_captured")), []
     window = (pl.col("attribution") == WINDOW) & pl.col("pool").is_not_null()
     # the unpooled driver processes have no GPU by construction: nothing is missing there
     silent = [

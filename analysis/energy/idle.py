@@ -36,7 +36,8 @@ def idle_baseline(
 
     A sample counts as idle when no operation runs on its device for at least
     max(10 sampling intervals, 1 ms) around it, so gaps between kernels inside a busy phase do
-    not count. Devices with fewer than 5 such samples get null (then pass ``--idle-power-w``).
+    not count. Devices with fewer than 5 such samples, or with no operation at all, get null
+    (then pass ``--idle-power-w``).
     ``blocks``: :func:`busy_blocks` of the run's operations (merged up to 2 × that guard, which
     changes no sample's verdict: a gap shorter than two guards holds no idle sample).
     """
@@ -58,11 +59,16 @@ def idle_baseline(
     stats = idle.group_by("device").agg(
         pl.col("power_w").median().alias("idle_power_w"), pl.len().alias("n")
     )
+    # a GPU that ran no captured operation: its idle cannot be told from work the capture
+    # missed (an untraced inference server), so its baseline is unknown, not its median power
+    traced = pl.col("device").is_in(busy["device"].unique().implode())
     return (
         cum.select("device")
         .unique()
         .join(stats, on="device", how="left")
-        .with_columns(pl.when(pl.col("n") >= 5).then(pl.col("idle_power_w")).alias("idle_power_w"))
+        .with_columns(
+            pl.when((pl.col("n") >= 5) & traced).then(pl.col("idle_power_w")).alias("idle_power_w")
+        )
         .select("device", "idle_power_w")
         .sort("device")
     )

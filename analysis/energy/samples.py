@@ -172,9 +172,9 @@ def align(
     unknown = sorted(set(aligned["device"].unique()) - set(op_devices))
     if op_devices and unknown:
         warnings.append(
-            f"power samples for GPU(s) {', '.join(unknown)} that ran no traced operation "
-            "(samples without a UUID are matched by NVML index, which agrees with CUDA's "
-            "device numbering only with CUDA_DEVICE_ORDER=PCI_BUS_ID)"
+            f"power samples for GPU(s) {', '.join(unknown)} that ran no traced operation, so "
+            "their idle power is not measured (pass --idle-power-w); samples without a UUID "
+            "are matched by NVML index, which is CUDA's order only with CUDA_DEVICE_ORDER=PCI_BUS_ID"
         )
     has_counter = aligned.height > 0 and aligned["energy_mj"].null_count() == 0
     if aligned.height and not has_counter:

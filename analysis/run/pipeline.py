@@ -18,11 +18,12 @@ from typing import Any
 import polars as pl
 
 from ..aggregate.staleness import staleness_table
-from ..attribute.buckets import Attributed, Bucket, PoolInputs, attribute_buckets
+from ..attribute.buckets import Attributed, Bucket, attribute_buckets
+from ..attribute.pool_outputs import PoolInputs
 from ..energy.samples import PowerData, align, load_samples
 from ..errors import InputError, NothingToAnalyze, OutputError
 from ..frames import concat_or_empty
-from ..model import Analysis, GpuDevice, RunSummary, TraceInfo
+from ..model import Analysis
 from ..normalize.events import MARKS_SCHEMA, NO_RANGES_HINT, RANGES_SCHEMA
 from ..normalize.launches import duplicate_warning, orphan_warning
 from ..options import AnalyzeOptions, options_from
@@ -33,6 +34,7 @@ from .inputs import resolve_trace_inputs
 from .load import LoadedTrace, load_all, shifted
 from .metrics import with_gpu_metrics
 from .provenance import finished, started
+from .run_summary import run_summary
 
 __all__ = ["analyze", "bucket_edges", "find_power_files"]
 
@@ -166,15 +168,10 @@ def _analyze(
         activity_dir=activity_dir,
         thread_names=pl.concat([t.thread_names for t in loaded]),
         capture_ends=ends,
-        pool_inputs=PoolInputs(
-            marks=marks,
-            process_devices=pl.concat([t.ops.process_devices for t in loaded]),
-            process_names=pl.concat([t.process_names for t in loaded]),
-            given=opts.resolved_pools,
-        ),
+        pool_inputs=_pool_inputs(loaded, marks, opts),
     )
     warnings += attributed.warnings + _coverage_warnings(ranges, attributed)
-    summary = _run_summary(
+    summary = run_summary(
         attributed,
         loaded,
         (offsets, ends),
@@ -188,6 +185,18 @@ def _analyze(
         staleness=staleness_table(marks),
         summary=summary,
         workdir=work if activity_dir is not None and activity_dir.exists() else None,
+    )
+
+
+def _pool_inputs(
+    loaded: Sequence[LoadedTrace], marks: pl.DataFrame, opts: AnalyzeOptions
+) -> PoolInputs:
+    """What tells the run's GPU pools: marks, each process's GPUs and name, the pools given."""
+    return PoolInputs(
+        marks=marks,
+        process_devices=pl.concat([t.ops.process_devices for t in loaded]),
+        process_names=pl.concat([t.process_names for t in loaded]),
+        given=opts.resolved_pools,
     )
 
 
@@ -256,50 +265,6 @@ def _buckets(
         yield Bucket(lo, hi, ops)
 
 
-def _run_summary(
-    attributed: Attributed,
-    loaded: Sequence[LoadedTrace],
-    clock: tuple[dict[str, int], dict[str, int]],
-    warnings: list[str],
-    *,
-    n_ranges: int,
-    n_buckets: int,
-    power_files: list[str],
-) -> RunSummary:
-    offsets, ends = clock  # each file's clock offset and capture end (None: unknown)
-    return RunSummary(
-        gpu=attributed.gpu,
-        window_timeline=attributed.window_timeline,
-        n_phase_ranges=attributed.n_phase_ranges,
-        n_devices=attributed.n_devices,
-        n_steps=attributed.steps.height,
-        energy=attributed.energy,
-        gpus=sorted({name for t in loaded for name in t.gpus}),
-        driver_versions=sorted({t.driver_version for t in loaded if t.driver_version}),
-        traces=[
-            TraceInfo(
-                label=t.label,
-                path=str(t.path),
-                nsys_version=t.nsys_version,
-                host=t.host,
-                session_start_utc_ns=t.session_start_utc_ns,
-                clock_zero_utc_ns=t.clock_zero_utc_ns,
-                clock_offset_ns=offsets[t.label],
-                missing_tables=t.missing_tables,
-                capture_end_ns=ends.get(t.label),
-            )
-            for t in loaded
-        ],
-        missing_tables=sorted({m for t in loaded for m in t.missing_tables}),
-        devices=_device_table(loaded),
-        n_ranges=n_ranges,
-        n_buckets=n_buckets,
-        power_files=power_files,
-        warnings=warnings,
-        pools=attributed.pools.to_dicts() if attributed.pools is not None else None,
-    )
-
-
 def _refuse_empty(loaded: Sequence[LoadedTrace]) -> None:
     """One line instead of empty tables when no file holds an NVTX range or a GPU operation."""
     if any(t.ranges.height or t.ops.n_ops for t in loaded):
@@ -331,29 +296,6 @@ def device_aliases(loaded: Sequence[LoadedTrace]) -> dict[str, str]:
             index = described.get(device, device.rsplit(":", 1)[-1])
             seen.setdefault(f"{trace.host}:{index}", set()).add(device)
     return {alias: next(iter(d)) for alias, d in seen.items() if len(d) == 1}
-
-
-def _device_table(loaded: Sequence[LoadedTrace]) -> list[GpuDevice]:
-    """The run's physical GPUs: name, how each is identified, and the files that used it."""
-    rows: dict[str, GpuDevice] = {}
-    for trace in loaded:
-        described = {r["device"]: r for r in trace.gpu_identities.iter_rows(named=True)}
-        for device in trace.ops.devices:
-            info = described.get(device, {})
-            row = rows.setdefault(
-                device,
-                GpuDevice(
-                    device=device,
-                    identity=info.get("identity") or "file",
-                    gpu_name=info.get("gpu_name"),
-                    uuid=info.get("uuid"),
-                    bus_location=info.get("bus_location"),
-                    host=trace.host,
-                    traces=[],
-                ),
-            )
-            row.traces.append(trace.label)
-    return [rows[d] for d in sorted(rows)]
 
 
 def _coverage_warnings(ranges: pl.DataFrame, result: Attributed) -> list[str]:

@@ -29,97 +29,22 @@ from nvtx_phases.naming import STEP
 
 from .verl_logs import PHASE_TIMES_SCHEMA
 from .whatif_pipeline import OVERLAP_FORMULA, pipeline, slot_note
+from .whatif_pools import balanced_pool_bounds
+from .whatif_texts import (
+    ASSUMPTIONS,
+    BALANCED,
+    BALANCED_PHASE,
+    GEN,
+    NO_BUSY,
+    NO_STEP_TIMER,
+    OVERLAP,
+    TAIL,
+    TRANSITION,
+    WHATIF_SCHEMA,
+    WHOLE_STEP,
+)
 
-__all__ = ["OVERLAP_FORMULA", "PHASE_TIMES_SCHEMA"]  # re-exported
-
-GEN = "gen"
-OVERLAP, TAIL, BALANCED, TRANSITION, BALANCED_POOLS = (
-    "overlap_gen_train",
-    "no_straggler_tail",
-    "balanced_dp",
-    "no_transitions",
-    "balanced_pools",
-)
-#: ``balanced_pools``' variant: the best split of the run's GPUs between its two pools
-BEST_SPLIT = "best_split"
-#: the rows of ``whatif.csv``: one per step × bound × variant
-WHATIF_SCHEMA = {
-    "step": pl.Int64,
-    "bound": pl.String,
-    "variant": pl.String,
-    "measured_s": pl.Float64,
-    "bound_s": pl.Float64,
-    "saving_s": pl.Float64,
-    "saving_pct": pl.Float64,
-    "energy_saving_j": pl.Float64,
-    "assumption": pl.String,
-}
-NO_BUSY = "no per-GPU busy time in this step"
-NO_STEP_TIMER = (
-    "no step timer logged for this step: its time is the sum of its stage timers, so the time "
-    "between stages is not seen"
-)
-#: ``balanced_dp``'s step-level variant (its other variants are the step's phases)
-WHOLE_STEP = "whole_step"
-_REST = "rest = the step's wall − its gen (training, reward, weight sync, transitions)"
-_NO_TAIL = (
-    "everything after generation moves earlier by the removed tail; the stragglers' extra "
-    "decoding is dropped or spread at no cost"
-)
-ASSUMPTIONS: dict[tuple[str, str], str] = {
-    (OVERLAP, "separate_gpus"): (
-        f"one-step-off async RL on separate GPUs, as a pipeline: {OVERLAP_FORMULA}; {_REST}; "
-        "each side keeps its measured time on its own GPUs (splitting them slows neither; the "
-        "extra GPUs' energy is not counted); the one-step policy lag not modelled"
-    ),
-    (OVERLAP, "shared_gpus"): (
-        "one-step-off async RL on the same GPUs, time-sliced: as separate_gpus, each slot also "
-        "at least the busiest GPU's busy time in both sides (rest of k, gen of k+1), so the "
-        f"overlap only fills each side's idle GPU time; {_REST}; perfect time slicing, both "
-        "fit in GPU memory"
-    ),
-    (TAIL, "p50_rank"): (
-        "every rank's generation ends when the median rank's does (nearest rank: the "
-        f"⌈n/2⌉-th end of n); {_NO_TAIL}"
-    ),
-    (TAIL, "p90_rank"): (
-        "every rank's generation ends when the p90 rank's does (nearest rank: the ⌈0.9n⌉-th end "
-        f"of n: with fewer than 10 ranks that is the last rank, and no saving); {_NO_TAIL}"
-    ),
-    (TAIL, "p90_response"): (
-        "decoding stops when the p90 response finishes: responses decode in parallel at about "
-        "the same rate, so it finishes at p90/max of the generation time (length records); "
-        "the longest 10% of responses are dropped or spread at no cost"
-    ),
-    (BALANCED, WHOLE_STEP): "the step minus the balanced_dp saving of each of its phases",
-    (BALANCED_POOLS, BEST_SPLIT): (
-        "asynchronous RL on two GPU pools (trainer, rollout) as a steady pipeline: a step takes "
-        "the slower pool's busy GPU time divided by its GPUs, at the best split of the run's "
-        "GPUs between the pools (each pool ≥ 1 GPU); perfect scaling (a pool's busy GPU time "
-        "divides evenly over its GPUs at the measured per-GPU rate: no extra communication, "
-        "the model fits), idle time removed; the rollout pool's work per trainer step is its "
-        "busy GPU time over the run / the trainer steps; the split of this row is in "
-        "whatif.csv's assumption"
-    ),
-    (TRANSITION, "between_phases"): (
-        "nothing runs between phases: the step's wall minus the sum of its direct child phases "
-        "(disjoint: one thread's ranges nest, VeRL's stage timers run one after another) is removed; energy: the measured energy of that "
-        "uncovered time (gap_energy_j of the step)"
-    ),
-}
-#: ``balanced_dp``'s assumption for one phase (its variant is the phase's name)
-BALANCED_PHASE = (
-    "every GPU's busy time in this phase equal to the mean GPU's: the phase is shorter by the "
-    "busiest GPU's busy time above the mean (wall − (max − mean)); its idle gaps and the "
-    "phase's CPU time stay; NCCL waits count as busy, so imbalance hidden inside collectives "
-    "is not seen"
-)
-#: how ``energy_saving_j`` is priced (every bound but ``no_transitions``)
-ENERGY_RULE = (
-    "energy_saving_j = saving_s × the idle power of the run's GPUs (summary idle_power_w, "
-    "summed): the work is still done, only the waiting goes; null without power samples or "
-    "an idle baseline"
-)
+__all__ = ["OVERLAP_FORMULA", "PHASE_TIMES_SCHEMA", "WHATIF_SCHEMA"]  # re-exported
 
 
 @dataclass(frozen=True)
@@ -344,71 +269,9 @@ def transition_bounds(inp: WhatIfInputs) -> pl.DataFrame:
     return _rows(rows, TRANSITION, "between_phases", pl.when(unseen).then(pl.lit(NO_STEP_TIMER)))
 
 
-def best_split(trainer_busy_s: float, rollout_busy_s: float, gpus: int) -> tuple[int, float]:
-    """The trainer's GPUs of the best split of ``gpus`` between two pools, and its step time.
-
-    The step time of a split ``g`` is ``max(trainer_busy_s / g, rollout_busy_s / (gpus − g))``;
-    the best is the smallest over ``g = 1 … gpus − 1`` (the fewest trainer GPUs on a tie).
-    """
-    return min(
-        ((g, max(trainer_busy_s / g, rollout_busy_s / (gpus - g))) for g in range(1, gpus)),
-        key=lambda pair: (pair[1], pair[0]),
-    )
-
-
-def balanced_pool_bounds(inp: WhatIfInputs) -> pl.DataFrame | None:
-    """``balanced_pools``: the step at the best split of the GPUs between pools (ASSUMPTIONS).
-
-    None for a run without pools; rows with a null bound where the pools' busy time is unknown.
-    """
-    steps = _steps(inp.times)
-    if inp.pools is None:
-        if inp.pools_missing is None:
-            return None
-        return _unavailable(steps, BALANCED_POOLS, BEST_SPLIT, inp.pools_missing)
-    rows: list[tuple[object, ...]] = []
-    for step, step_s, trainer_s, n_t, rollout_s, n_r in (
-        steps.join(inp.pools, on="step", how="left")
-        .select(
-            "step", "step_s", "trainer_busy_s", "trainer_gpus", "rollout_busy_s", "rollout_gpus"
-        )
-        .rows()
-    ):
-        gpus = (n_t or 0) + (n_r or 0)
-        if trainer_s is None or rollout_s is None or gpus < 2:
-            rows.append((step, step_s, None, NO_BUSY, None))
-            continue
-        g, bound = best_split(trainer_s, rollout_s, gpus)
-        text = (
-            f"{ASSUMPTIONS[(BALANCED_POOLS, BEST_SPLIT)].rsplit(';', 1)[0]}; best split here: "
-            f"trainer {g} + rollout {gpus - g} GPUs (measured {n_t} + {n_r})"
-        )
-        rows.append((step, step_s, bound, None, text))
-    frame = pl.DataFrame(
-        rows,
-        schema={
-            "step": pl.Int64,
-            "measured_s": pl.Float64,
-            "bound_s": pl.Float64,
-            "note": pl.String,
-            "_own_text": pl.String,
-        },
-        orient="row",
-    )
-    return frame.select(
-        "step",
-        pl.lit(BALANCED_POOLS).alias("bound"),
-        pl.lit(BEST_SPLIT).alias("variant"),
-        "measured_s",
-        "bound_s",
-        "note",
-        "_own_text",
-    )
-
-
 def whatif_table(inp: WhatIfInputs) -> pl.DataFrame:
     """Every bound, one row per step × bound × variant (:data:`WHATIF_SCHEMA`)."""
-    pooled = balanced_pool_bounds(inp)
+    pooled = balanced_pool_bounds(_steps(inp.times), inp.pools, inp.pools_missing)
     rows = pl.concat(
         [
             overlap_bounds(inp),

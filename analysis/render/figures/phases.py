@@ -6,9 +6,7 @@ that lacks its data (no GPU work, no power samples) writes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -30,6 +28,7 @@ from ...normalize.devices import device_label
 from ...phase_paths import is_step_phase
 from ..outputs.atomic import atomic_write
 from .captions import POOL_STEM
+from .pool_scope import FIGURE_POOL
 
 # Same inputs, same bytes: fixed SVG ids and no creation date, so outputs can be diffed.
 matplotlib.rcParams["svg.hashsalt"] = "nvtx-phases"
@@ -65,26 +64,12 @@ _ENERGY_UNITS = ((1e6, "MJ"), (1e3, "kJ"), (1.0, "J"))
 _QS = (0.1, 0.5, 0.9)  # p10, median, p90
 
 
-#: the GPU pool a figure draws (set by :func:`for_pool`): its name in the title and the file
-FIGURE_POOL: ContextVar[str | None] = ContextVar("figure_pool", default=None)
-
-
-@contextmanager
-def for_pool(pool: str) -> Iterator[None]:
-    """Figures saved inside are one GPU pool's: ``Pool P:`` titles, ``STEM__pool-P`` files."""
-    token = FIGURE_POOL.set(pool)
-    try:
-        yield
-    finally:
-        FIGURE_POOL.reset(token)
-
-
 def save_figure(fig: plt.Figure, out: Path, stem: str, *, data: pl.DataFrame) -> list[Path]:
     """Write ``fig`` as ``stem``.png (at :data:`DPI`) and .svg under ``out`` (atomically); close it.
 
     ``data``: exactly the numbers the figure draws (bars, lines, whiskers, bins), written beside
     it as ``stem``.csv so a paper can re-plot them and a test can check them. Inside
-    :func:`for_pool` the titles name the pool and the files are ``stem__pool-P``.
+    :func:`~analysis.render.figures.pool_scope.for_pool` the titles name the pool and the files are ``stem__pool-P``.
     """
     pool = FIGURE_POOL.get()
     if pool is not None:

@@ -34,6 +34,7 @@ def per_pool(name: str, pools: list[str], args: tuple[pl.DataFrame | Path, ...])
     from nvtx_phases.naming import PATH_SEP, STEP, VERSION
 
     from . import phases as figures
+    from .pool_scope import for_pool
 
     def as_steps(frame: pl.DataFrame) -> pl.DataFrame:
         if "path" not in frame.columns or (frame["path"] == STEP).any():
@@ -59,7 +60,7 @@ def per_pool(name: str, pools: list[str], args: tuple[pl.DataFrame | Path, ...])
             else a
             for a in args
         )
-        with figures.for_pool(pool):
+        with for_pool(pool):
             drawn += getattr(figures, name)(*mine)
     return drawn
 

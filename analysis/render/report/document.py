@@ -98,6 +98,12 @@ SCHEME_NOTE = (
 )
 
 
+#: in a run with GPU pools the window scheme counts the phase's own pool's GPUs
+POOL_FROM = "GPU busy is the work of every device inside the phase"
+POOL_TO = "GPU busy is the work of the GPUs of the phase's pool (its GPU pool column) inside it"
+assert POOL_FROM in SCHEME_NOTE
+
+
 def _by_scheme(summary: pl.DataFrame) -> pl.DataFrame:
     """GPU busy split by what it counts.
 
@@ -156,7 +162,7 @@ def phase_table(summary: pl.DataFrame, analysis: Analysis) -> ReportTable:
     if frame.is_empty():
         notes = [no_phases_reason(analysis)]
         return humanize(PHASE_TABLE_TITLE, frame, labels=labels, notes=notes)
-    notes = [SCHEME_NOTE]
+    notes = [SCHEME_NOTE if analysis.pools is None else SCHEME_NOTE.replace(POOL_FROM, POOL_TO)]
     if analysis.summary.gpu.n_gpu_ops == 0:
         notes.append("No GPU activity in these traces (a CPU-only capture): wall times only.")
         frame = frame.drop(GPU_COLUMNS)

@@ -25,9 +25,10 @@ def pool_sections(analysis: Analysis) -> list[Section]:
                     pl.col("n_devices").alias("GPUs"),
                     "devices",
                     "processes",
-                    "total_gpu_ns",
-                    "attributed_gpu_ns",
-                    "unattributed_gpu_ns",
+                    "captured",
+                    pl.col("total_gpu_ns").alias("gpu_time_ns"),
+                    pl.col("attributed_gpu_ns").alias("in_phases_ns"),
+                    pl.col("unattributed_gpu_ns").alias("outside_phases_ns"),
                 ),
             )
         )

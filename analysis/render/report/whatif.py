@@ -9,7 +9,8 @@ from pathlib import Path
 
 import polars as pl
 
-from ...workload.whatif import ENERGY_RULE, OVERLAP, OVERLAP_FORMULA, WHOLE_STEP
+from ...workload.whatif_pipeline import OVERLAP_FORMULA
+from ...workload.whatif_texts import ENERGY_RULE, OVERLAP, WHOLE_STEP
 from ..outputs.atomic import atomic_write
 from .units import fixed
 
