@@ -31,7 +31,7 @@ from nvtx_phases.naming import phase_color
 
 SAMPLE = SAMPLES / "grpo_synthetic.sqlite"
 #: stems written outside ``_FIGURE_STEMS``: the power envelope (analyze) and what-if (whatif)
-OTHER_STEMS = ("power_envelope", "whatif_per_step")
+OTHER_STEMS = ("power_envelope", "whatif_per_step", "idle_by_cause")
 
 
 @pytest.mark.parametrize("stem", [*_FIGURE_STEMS, *OTHER_STEMS])
