@@ -382,7 +382,7 @@ def brute_rows(cap: Capture, idle_w: float, power: pl.DataFrame, run_of_mono: in
                 & (pl.col("power_w") > idle_w)
             )
             open_worker = any(w.start < r.end and w.end > r.start for w in workers)
-            captured = any_op or not (hot.height > 0 or open_worker)
+            captured = bool(ops) and (any_op or not (hot.height > 0 or open_worker))
             n = len(devices)
             wall = r.end - r.start
             figures = {**part, "gpu_busy_ns": busy, "idle_ns": wall * n - busy}
@@ -490,8 +490,7 @@ def test_truth_equals_a_recount_of_the_raw_rows(which, request):
         total = sum(o.end - o.start for o in ops)
         spans = merged([(r.start, r.end) for r in window_ranges(cap, p)])
         inside = sum(covered(spans, o.start, o.end) for o in ops)
-        lost = not ops and not all(r["captured"] for r in rows if r["pool"] == pool["pool"])
-        if lost:  # nothing of the pool captured: its GPU time unknown, never 0
+        if not ops:  # nothing of the pool captured: its GPU time unknown, never 0
             assert pool["captured"] is False
             assert pool["total_gpu_ns"] is pool["attributed_gpu_ns"] is None
             assert pool["unattributed_gpu_ns"] is None
@@ -510,12 +509,12 @@ def test_truth_equals_a_recount_of_the_raw_rows(which, request):
     if which == "traced":
         assert all(r["captured"] for r in rows)
         assert {c for _, _, c in causes} == IDLE_CAUSES  # no_phase: between trainer steps
-    else:  # the rollout's busy phases are not captured; its truly idle waits still are
-        lost = {r["phase"] for r in rows if not r["captured"]}
-        assert {"gen", "version", "validate", "param_sync"} <= lost
-        assert all(r["pool"] == "rollout" for r in rows if not r["captured"])
-        waits = [r for r in rows if r["phase"] == "staleness_wait"]
-        assert waits and all(r["captured"] and r["gpu_busy_ns"] == 0 for r in waits)
+    else:  # no rollout figure captured (not even its idle waits), every trainer one
+        assert all(r["captured"] == (r["pool"] == "trainer") for r in rows)
+        lost = [r for r in truth["window_phases"] if r["pool"] == "rollout"]
+        assert all(r["gpu_busy_ns"] is r["idle_ns"] is r["kernel_ns"] is None for r in lost)
+        waits = [r for r in lost if r["phase"] == "staleness_wait"]
+        assert waits and not any(r["power_active"] for r in waits)  # idle, yet not known
 
 
 def test_staleness_truth_from_the_samples_marks(traced):
@@ -604,3 +603,44 @@ def test_analyze_matches_the_truth_per_pool(which, request, tmp_path):
             found = {(r["pool"], r["step"], r["cause"]): r["idle_ns"] for r in csv.DictReader(fh)}
         for c in truth["idle_causes"]:
             assert found[(c["pool"], cell(c["step"]), c["cause"])] == cell(c["idle_ns"])
+
+
+# --- the command -------------------------------------------------------------------------------
+
+
+def test_synth_command_writes_the_async_capture_and_rejects_mixed_options(tmp_path):
+    from nvtx_phases.analysis.cli import app
+    from typer.testing import CliRunner
+
+    runner = CliRunner()
+    out = tmp_path / "cap"
+    args = ["synth", str(out), "--async", "--steps", "1", "--gpus", "1", "--rollout-gpus", "3"]
+    result = runner.invoke(app, [*args, "--kernels", "4", "--untraced-rollout", "--no-power"])
+    assert result.exit_code == 0, result.output
+    names = sorted(p.name for p in out.iterdir())
+    assert names == [
+        "ground_truth.json",
+        "rollout_gpu1.sqlite",
+        "rollout_gpu2.sqlite",
+        "rollout_gpu3.sqlite",
+        "rollouter.sqlite",
+        "trainer_controller.sqlite",
+        "trainer_gpu0.sqlite",
+    ]
+    truth = truth_of(out)
+    (rollout,) = [p for p in truth["pools"] if p["pool"] == "rollout"]
+    assert rollout["captured"] is False and rollout["n_devices"] == 3  # no power: still null
+    assert not any(r["captured"] for r in truth["window_phases"] if r["pool"] == "rollout")
+    config = truth["config"]
+    assert (config["trainer_gpus"], config["rollout_gpus"], config["untraced_rollout"]) == (
+        1,
+        3,
+        True,
+    )
+    for bad, says in (
+        (["--untraced-rollout"], "--untraced-rollout is an option of --async"),
+        (["--async", "--ray"], "--ray and --async"),
+        (["--async", "--gpus", "5", "--rollout-gpus", "4"], "at most 8 GPUs"),
+    ):
+        result = runner.invoke(app, ["synth", str(tmp_path / "bad"), *bad])
+        assert result.exit_code != 0 and says in result.output, result.output

@@ -27,14 +27,14 @@ ASYNC_NOTES = (
     "idle_ns = wall_ns * n_devices - gpu_busy_ns; step = the trainer step (pool trainer, axis "
     "'step') or the parameter version (pool rollout, axis 'version'), the range's payload.",
     "captured = false: the pool has GPUs but none of its operations lies inside the range while "
-    "its GPUs drew power above idle (power_active) or a worker process of the pool had a range "
-    "open in it; the row's GPU figures are then null (not 0).",
+    "its GPUs drew power above idle (power_active) or a worker process of the pool (not the "
+    "controller that owns the range) had a range open in it, or the pool's GPUs show no "
+    "operation anywhere in the exports; the row's GPU figures are then null (not 0).",
     "pools: total_gpu_ns = sum of (end - start) of the operations on the pool's GPUs in the "
     "exports; attributed_gpu_ns = their time inside the pool's window ranges (each instant to "
     "the innermost range, so inside the top-level step/version ranges); unattributed_gpu_ns = "
     "the rest (warm-up, between trainer steps, after the last version). All three null (and "
-    "captured false) for a pool none of whose operations is in the exports while some of its "
-    "window rows are not captured (untraced_rollout).",
+    "captured false) for a pool none of whose operations is in the exports (untraced_rollout).",
     "idle_causes: over the pool's span (first start to last end of its window ranges), each "
     "elementary segment is idle for length * n_devices - busy and takes the cause of its "
     "innermost range (deepest level, equal depth: later start; none: no_phase, step null); "
@@ -96,7 +96,7 @@ def async_ground_truth(b: AsyncBuilder) -> dict:
         mine = [w for w in rows if w["pool"] == pool]
         pool_rows, pool_causes = _pool_truth(a, pool, pool_gpus, ranges, mine)
         procs = [{"trace": traces[p.pid], "pid": p.pid} for p in b.processes if p.pool == pool]
-        if not all(w["captured"] for w in mine) and not pool_rows["total_gpu_ns"]:
+        if not pool_rows["total_gpu_ns"]:
             # no operation of the pool was captured at all: its GPU time is unknown, not 0
             pool_rows |= dict.fromkeys(_POOL_TIMES, None)
         pools.append(
@@ -139,7 +139,9 @@ def _window_row(
         w.pid != r.pid and w.pid in _pool_pids(b, pool) and w.start < r.end and w.end > r.start
         for w in b.workers
     )
-    captured = any_op or not (power_active or worker_open)
+    # a pool whose GPUs show no operation in the whole capture was not traced at all
+    pool_traced = bool(on_pool.any())
+    captured = pool_traced and (any_op or not (power_active or worker_open))
     figures = {**m, "idle_ns": wall * n - m["gpu_busy_ns"]}
     return {
         "pool": pool,
