@@ -30,6 +30,7 @@ from ..export import (
 )
 from ..ray.export import RAY_TABLES, SYSTEM_ENV, gpu_row, iso_time
 from ..schema import TABLES
+from ..timeline import GpuOp
 from .config import TRAINER_CONTROLLER_PID, AsyncProcess
 from .model import AsyncBuilder
 
@@ -45,7 +46,7 @@ def pool_mark(b: AsyncBuilder, proc: AsyncProcess) -> str:
     return pool_mark_text(proc.pool, gpus)
 
 
-def traced_ops(b: AsyncBuilder) -> list:
+def traced_ops(b: AsyncBuilder) -> list[GpuOp]:
     """The GPU operations the exports hold: all, or none of the rollout servers' if untraced."""
     if not b.cfg.untraced_rollout:
         return b.ops
