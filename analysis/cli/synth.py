@@ -1,4 +1,4 @@
-"""``synth``: a synthetic VeRL-like GRPO run (or a Ray-style capture) as nsys SQLite exports."""
+"""``synth``: a synthetic VeRL-like GRPO run (or a Ray-style or asynchronous capture) as nsys exports."""
 
 from __future__ import annotations
 
@@ -32,6 +32,22 @@ Ray = Annotated[
         "a trainer and a rollout process sharing each GPU, every GPU seen as device 0."
     ),
 ]
+Async = Annotated[
+    bool,
+    typer.Option(
+        "--async",
+        help="Asynchronous (disaggregated) RL capture into folder OUT: a trainer pool (--gpus "
+        "GPUs) and a rollout pool (--rollout-gpus) working at once, one export per process, "
+        "pool and samples marks, ground truth per pool.",
+    ),
+]
+UntracedRollout = Annotated[
+    bool,
+    typer.Option(
+        help="With --async: leave the rollout servers' GPU operations out of their exports "
+        "(their processes, pool marks and power stay), as when nsys missed the rollout kernels."
+    ),
+]
 
 
 @app.command()
@@ -48,15 +64,39 @@ def synth(
     truth: Annotated[bool, typer.Option(help="Also write the ground-truth JSON.")] = True,
     cuda_graphs: CudaGraphs = None,
     ray: Ray = False,
-    gpus: Annotated[int, typer.Option(min=1, max=8, help="GPUs of the --ray capture.")] = 2,
+    gpus: Annotated[
+        int, typer.Option(min=1, max=8, help="GPUs of the --ray capture (--async: trainer pool's).")
+    ] = 2,
+    async_: Async = False,
+    rollout_gpus: Annotated[
+        int, typer.Option(min=1, max=7, help="GPUs of the --async capture's rollout pool.")
+    ] = 2,
+    untraced_rollout: UntracedRollout = False,
 ) -> None:
     """Write a synthetic VeRL-like GRPO run as nsys 2022.4 SQLite export(s)."""
     from ..jobs import synthesize
+    from ..synth.async_rl.config import AsyncConfig
     from ..synth.config import SynthConfig
     from ..synth.ray import RayConfig
 
-    config: SynthConfig | RayConfig
-    if ray:
+    config: SynthConfig | RayConfig | AsyncConfig
+    if ray and async_:
+        raise typer.BadParameter("--ray and --async are two different captures: give one")
+    if untraced_rollout and not async_:
+        raise typer.BadParameter("--untraced-rollout is an option of --async")
+    if async_:
+        if gpus + rollout_gpus > 8:
+            raise typer.BadParameter("--gpus + --rollout-gpus: at most 8 GPUs on the host")
+        config = AsyncConfig(
+            steps=steps,
+            trainer_gpus=gpus,
+            rollout_gpus=rollout_gpus,
+            kernels_per_phase=kernels,
+            seed=seed,
+            power=power,
+            untraced_rollout=untraced_rollout,
+        )
+    elif ray:
         config = RayConfig(steps=steps, gpus=gpus, seed=seed, power=power)
         if cuda_graphs is not None:  # else the capture's default (on)
             config = dataclasses.replace(config, graphs=cuda_graphs)

@@ -11,6 +11,7 @@ from ..errors import describe_error
 if TYPE_CHECKING:
     from nvtx_phases.nsys import Nsys, ProfileOptions, ProfileRun
 
+    from ..synth.async_rl.config import AsyncConfig
     from ..synth.config import SynthConfig
     from ..synth.ray import RayConfig
 
@@ -45,8 +46,12 @@ def profile_workload(
     return profile(workload, out, options=options, nsys=nsys, timeout_s=timeout_s)
 
 
-def synthesize(out: Path, config: SynthConfig | RayConfig, *, truth: bool = True) -> list[Path]:
-    """Write a synthetic GRPO run, or a Ray-style capture for a ``RayConfig``: ``synth``.
+def synthesize(
+    out: Path, config: SynthConfig | RayConfig | AsyncConfig, *, truth: bool = True
+) -> list[Path]:
+    """Write a synthetic GRPO run, a Ray-style or an asynchronous capture: ``synth``.
+
+    A ``RayConfig`` writes the Ray-style capture, an ``AsyncConfig`` the asynchronous one.
 
     ``truth``: also the ground-truth JSON. Where ``out`` cannot be written: ``OutputError``.
     """
@@ -54,9 +59,12 @@ def synthesize(out: Path, config: SynthConfig | RayConfig, *, truth: bool = True
 
     from ..errors import OutputError
     from ..synth import build
+    from ..synth.async_rl import AsyncConfig, generate_async
     from ..synth.ray import RayConfig, generate_ray
 
     try:
+        if isinstance(config, AsyncConfig):
+            return generate_async(out, config, with_truth=truth)
         if isinstance(config, RayConfig):
             return generate_ray(out, config, with_truth=truth)
         return build.generate(out, config, with_truth=truth)

@@ -58,7 +58,7 @@ _GPU_PROPS_AFTER_UUID = {
     "smMinor": 0,
 }
 #: TARGET_INFO_SYSTEM_ENV rows (name, nameEnum, value) besides Hostname, as nsys writes them.
-_SYSTEM_ENV = (
+SYSTEM_ENV = (
     ("CpuCores", 1, "224"),
     ("CpuArchitecture", 3, "x86_64"),
     ("NvDriverVersion", 205, "550.54.15"),
@@ -68,13 +68,14 @@ _SYSTEM_ENV = (
 RAY_TABLES = TABLES | {"TARGET_INFO_GPU"}
 
 
-def _iso(utc_ns: int) -> str:
+def iso_time(utc_ns: int) -> str:
+    """``utcTime`` / ``localTime`` of a session that started at ``utc_ns``."""
     return datetime.fromtimestamp(utc_ns // 1_000_000_000, tz=timezone.utc).strftime(
         "%Y-%m-%dT%H:%M:%S"
     )
 
 
-def _gpu_row(b: RayBuilder, g: int) -> dict[str, object]:
+def gpu_row(uuids: list[str], g: int) -> dict[str, object]:
     """The ``TARGET_INFO_GPU`` row of physical GPU ``g``, as the one GPU its process sees."""
     return {
         "vmId": VM_ID,
@@ -83,7 +84,7 @@ def _gpu_row(b: RayBuilder, g: int) -> dict[str, object]:
         "busLocation": BUS_LOCATIONS[g],
         **_GPU_PROPS_BEFORE_UUID,
         "pwGpuId": g,
-        "uuid": b.uuids[g],
+        "uuid": uuids[g],
         **_GPU_PROPS_AFTER_UUID,
     }
 
@@ -97,14 +98,14 @@ def write_process(path: Path, b: RayBuilder, proc: RayProcess) -> None:
         tables=RAY_TABLES if proc.gpu is not None else TABLES,
         shift_ns=proc.shift_ns,
         session_utc_ns=utc,
-        session_iso=_iso(utc),
+        session_iso=iso_time(utc),
         duration_ns=b.duration - proc.shift_ns,
         host=cfg.host,
         generated_by=f"nvtx-phases analysis.synth.ray (Ray capture, {proc.role})",
-        env=(("Hostname", 619, cfg.host), *_SYSTEM_ENV),
+        env=(("Hostname", 619, cfg.host), *SYSTEM_ENV),
         launch_kinds=tuple(sorted({o.kind for o in b.ops if o.pid == proc.pid})),
         grid_x=132,  # an H100 SXM5's SMs
         local_device=True,
-        gpu_row=None if proc.gpu is None else _gpu_row(b, proc.gpu),
+        gpu_row=None if proc.gpu is None else gpu_row(b.uuids, proc.gpu),
     )
     write_export(path, spec, b, clock_marks=cfg.power)
