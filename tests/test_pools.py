@@ -6,6 +6,7 @@ the test (brute force over the marks, an exhaustive split search, per-ns interva
 """
 
 import itertools
+import json
 import subprocess
 import sys
 
@@ -266,3 +267,124 @@ def test_user_pools_on_the_ray_sample_conserve_each_pools_gpu_time():
     b = run.pools.filter(pl.col("pool") == "b").row(0, named=True)
     assert b["attributed_gpu_ns"] == 0
     assert UNPOOLED not in set(run.pools["pool"])
+
+
+# --- on the asynchronous capture (synth --async) -----------------------------------------------
+
+ROW_FIGURES = ("wall_ns", "n_devices", "gpu_busy_ns", "idle_ns", "kernel_ns", "nccl_ns")
+
+
+@pytest.fixture(scope="module")
+def async_run(tmp_path_factory):
+    from nvtx_phases.analysis.synth import AsyncConfig, generate_async
+
+    out = tmp_path_factory.mktemp("async_pools")
+    generate_async(out, AsyncConfig(steps=3, seed=5))
+    return out
+
+
+def window_rows(run) -> dict:
+    rows = run.phases.filter(pl.col("attribution") == "window")
+    return {
+        (r["pool"], r["trace"], r["step"], r["path"]): tuple(r[c] for c in ROW_FIGURES)
+        for r in rows.iter_rows(named=True)
+    }
+
+
+def without_pool_marks(folder, out):
+    """A copy of the capture whose processes mark no pool (plain sqlite3 on the copies)."""
+    import shutil
+    import sqlite3
+
+    out.mkdir()
+    for path in folder.glob("*.sqlite"):
+        shutil.copy(path, out / path.name)
+        con = sqlite3.connect(out / path.name)
+        ids = [
+            i
+            for (i,) in con.execute(
+                "SELECT id FROM StringIds WHERE value LIKE 'nvtx_phases.pool %'"
+            )
+        ]
+        con.execute(f"DELETE FROM NVTX_EVENTS WHERE textId IN ({','.join('?' * len(ids))})", ids)
+        con.commit()
+        con.close()
+    shutil.copy(folder / "power_nvml.parquet", out / "power_nvml.parquet")
+    return out
+
+
+def test_inferred_and_given_pools_give_the_marked_pools_numbers(async_run, tmp_path):
+    marked = analyze(async_run)
+    assert marked.pools is not None and set(marked.pools["source"]) == {"marks"}
+    expected = window_rows(marked)
+    names = {"trainer": "trainer_controller:1000", "rollout": "rollouter:1100"}
+    inferred = analyze(without_pool_marks(async_run, tmp_path / "bare"))
+    assert set(inferred.pools["source"]) == {"inferred"}
+    assert any("GPU pools inferred" in w for w in inferred.warnings)
+    renamed = {(names[p], t, s, path): v for (p, t, s, path), v in expected.items()}
+    assert window_rows(inferred) == renamed
+    given = analyze(
+        tmp_path / "bare",
+        pools={"trainer": ["trainer_*"], "rollout": ["rollout*"]},
+    )
+    assert set(given.pools["source"]) == {"user"}
+    assert window_rows(given) == expected
+
+
+def test_idle_causes_add_up_to_each_pools_idle_over_its_span(async_run):
+    truth = json.loads((async_run / "ground_truth.json").read_text())
+    run = analyze(async_run)
+    for pool in truth["pools"]:
+        mine = run.idle_causes.filter(pl.col("pool") == pool["pool"])
+        assert mine["idle_ns"].sum() == pool["span_idle_ns"]
+        span = pool["span_end_ns"] - pool["span_start_ns"]
+        assert mine["wall_ns"].sum() == span
+
+
+def test_balanced_pools_bound_from_the_truths_busy_times(async_run, tmp_path):
+    """The bound recomputed here from the truth's rows, split by split."""
+    from nvtx_phases.analysis.jobs import analyze_to, whatif_to
+
+    truth = json.loads((async_run / "ground_truth.json").read_text())
+    with analyze_to([async_run], tmp_path / "run", figures=False):
+        pass
+    whatif_to([tmp_path / "run"], tmp_path / "whatif")
+    rows = pl.read_csv(tmp_path / "whatif" / "whatif.csv").filter(
+        pl.col("bound") == "balanced_pools"
+    )
+    steps = [w for w in truth["window_phases"] if w["phase"] == "step"]
+    versions = [w for w in truth["window_phases"] if w["phase"] == "version"]
+    rollout_s = sum(w["gpu_busy_ns"] for w in versions) / 1e9 / len(steps)
+    gpus = {p["pool"]: p["n_devices"] for p in truth["pools"]}
+    total = gpus["trainer"] + gpus["rollout"]
+    assert rows.height == len(steps)
+    for w in steps:
+        trainer_s = w["gpu_busy_ns"] / 1e9
+        best = min(max(trainer_s / g, rollout_s / (total - g)) for g in range(1, total))
+        row = rows.filter(pl.col("step") == w["step"]).row(0, named=True)
+        assert row["bound_s"] == pytest.approx(best, abs=1e-9)
+        assert row["measured_s"] == pytest.approx(w["wall_ns"] / 1e9, abs=1e-9)
+        assert "best split here" in row["assumption"]
+    overlap = pl.read_csv(tmp_path / "whatif" / "whatif.csv").filter(
+        pl.col("bound") == "overlap_gen_train"
+    )
+    assert overlap["bound_s"].null_count() == overlap.height  # already asynchronous
+
+
+def test_report_of_an_async_run_draws_each_figure_per_pool(async_run, tmp_path):
+    from nvtx_phases.analysis.jobs import build_report
+
+    build_report([async_run], tmp_path / "rep")
+    figures = {p.stem for p in (tmp_path / "rep" / "figures").glob("*.png")}
+    for stem in ("phase_time_per_step", "busy_idle_per_phase", "phase_share"):
+        assert {f"{stem}__pool-trainer", f"{stem}__pool-rollout"} <= figures
+    assert "idle_by_cause" in figures
+    # each figure's data beside it; the idle figure's is the table's totals
+    data = pl.read_csv(tmp_path / "rep" / "figures" / "idle_by_cause.csv")
+    table = pl.read_csv(tmp_path / "rep" / "idle_causes.csv")
+    for (pool, cause), rows in table.group_by("pool", "cause"):
+        drawn = data.filter((pl.col("pool") == pool) & (pl.col("cause") == cause))
+        assert drawn["idle_ns"].item() == rows["idle_ns"].sum()
+    page = (tmp_path / "rep" / "report.md").read_text()
+    for title in ("## GPU pools", "## Idle GPU time by cause, per pool", "## Staleness"):
+        assert title in page

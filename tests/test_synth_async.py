@@ -571,7 +571,6 @@ def cell(value: object) -> str:
     return "" if value is None else str(value)
 
 
-@pytest.mark.xfail(reason="pool attribution lands on main", strict=False)
 @pytest.mark.parametrize("which", ["traced", "untraced"])
 def test_analyze_matches_the_truth_per_pool(which, request, tmp_path):
     from nvtx_phases.analysis.jobs import analyze_to
@@ -587,22 +586,44 @@ def test_analyze_matches_the_truth_per_pool(which, request, tmp_path):
     assert len(got) == len(truth["window_phases"])
     for w in truth["window_phases"]:
         row = got[(w["pool"], w["phase"], str(w["step"]), w["trace"])]
-        for k in ("wall_ns", "n_devices", "gpu_busy_ns", "idle_ns", "kernel_ns", "nccl_ns"):
+        for k in (
+            "wall_ns",
+            "n_devices",
+            "gpu_busy_ns",
+            "idle_ns",
+            "kernel_ns",
+            "nccl_ns",
+            "memcpy_ns",
+            "memcpy_bytes",
+            "memset_ns",
+            "n_kernels",
+        ):
             assert row[k] == cell(w[k]), (w["pool"], w["phase"], w["step"], k)
-        assert row["memcpy_ns"] == cell(w["memcpy_ns"])
+        assert row["kernels_captured"] == str(w["captured"]).lower()
     with (tmp_path / "run" / "pools.csv").open() as fh:
         pool_rows = {r["pool"]: r for r in csv.DictReader(fh)}
     for p in truth["pools"]:
         row = pool_rows[p["pool"]]
-        assert row["total_ns"] == cell(p["total_gpu_ns"])
-        assert row["attributed_ns"] == cell(p["attributed_gpu_ns"])
-        assert row["unattributed_ns"] == cell(p["unattributed_gpu_ns"])
-    idle = tmp_path / "run" / "idle_causes.csv"
-    if idle.exists():
-        with idle.open() as fh:
-            found = {(r["pool"], r["step"], r["cause"]): r["idle_ns"] for r in csv.DictReader(fh)}
-        for c in truth["idle_causes"]:
-            assert found[(c["pool"], cell(c["step"]), c["cause"])] == cell(c["idle_ns"])
+        assert row["total_gpu_ns"] == cell(p["total_gpu_ns"])
+        assert row["attributed_gpu_ns"] == cell(p["attributed_gpu_ns"])
+        assert row["unattributed_gpu_ns"] == cell(p["unattributed_gpu_ns"])
+        assert row["n_devices"] == str(p["n_devices"])
+        assert row["devices"].split(",") == sorted(p["devices"])
+        assert row["captured"] == str(p["captured"]).lower()
+    with (tmp_path / "run" / "idle_causes.csv").open() as fh:
+        found = {(r["pool"], r["step"], r["cause"]): r["idle_ns"] for r in csv.DictReader(fh)}
+    assert len(found) == len(truth["idle_causes"])
+    for c in truth["idle_causes"]:
+        assert found[(c["pool"], cell(c["step"]), c["cause"])] == cell(c["idle_ns"])
+    with (tmp_path / "run" / "staleness.csv").open() as fh:
+        stale = {int(r["step"]): r for r in csv.DictReader(fh)}
+    assert sorted(stale) == [r["step"] for r in truth["staleness"]]
+    for r in truth["staleness"]:
+        row = stale[r["step"]]
+        assert int(row["version"]) == r["version"] and int(row["n_samples"]) == r["n_samples"]
+        assert int(row["min_lag"]) == r["min"] and int(row["max_lag"]) == r["max"]
+        assert float(row["mean_lag"]) == pytest.approx(r["mean"], abs=1e-12)
+        assert float(row["stale_share"]) == pytest.approx(r["share_lag_ge_1"], abs=1e-12)
 
 
 # --- the command -------------------------------------------------------------------------------
