@@ -282,8 +282,8 @@ def report(
     lengths: Annotated[
         Path | None,
         typer.Option(
-            help="Response-length records (PolyTrace layout); default: <trace>_lengths/ or "
-            "lengths/ beside the inputs."
+            help="Record files (PolyTrace layout: response lengths, multi-turn, DAPO filter); "
+            "default: <trace>_lengths/ or lengths/ beside the inputs."
         ),
     ] = None,
     cap: Annotated[int | None, typer.Option(help="Max response length (fraction at cap).")] = None,
@@ -297,7 +297,8 @@ def report(
 ) -> None:
     """Write report.html (self-contained) and report.md: metadata, phase table, figures, warnings.
 
-    With response-length records, also length statistics per step and rollout stragglers.
+    With response-length records, also length statistics per step and rollout stragglers; with
+    multi-turn or DAPO-filter records, their tables.
     --phase-map, --all-ranges and --strip-args apply to traces (as with analyze); an analysis
     folder keeps the options it was analyzed with.
     """

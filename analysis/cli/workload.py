@@ -22,7 +22,11 @@ lengths_app = typer.Typer(
 app.add_typer(lengths_app, name="lengths")
 
 LengthFiles = Annotated[
-    list[Path], typer.Argument(help="packed_lengths_step_*.jsonl files or folders of them.")
+    list[Path],
+    typer.Argument(
+        help="Record files or folders of them: packed_lengths_step_*.jsonl (with "
+        "reward_timings_step_*.jsonl), multiturn_workload_step_*.jsonl, dapo_filter_indices.jsonl."
+    ),
 ]
 Cap = Annotated[
     int | None,
@@ -75,6 +79,44 @@ def print_length_table(stats: pl.DataFrame, n_responses: int, cap: CapChoice | N
     console.print(table)
 
 
+#: the printed columns of the multi-turn and DAPO tables: (header, column, format)
+MULTITURN = (
+    ("step", "step", "{}"),
+    ("samples", "samples", "{:,}"),
+    ("turns mean", "turns_mean", "{:.2f}"),
+    ("p50", "turns_p50", "{:.0f}"),
+    ("p90", "turns_p90", "{:.0f}"),
+    ("max", "turns_max", "{}"),
+    ("tool calls", "tool_calls", "{:,}"),
+    ("tool share", "tool_share_of_latency_fraction", "{:.2%}"),
+    ("cache hit", "prefix_cache_hit_fraction", "{:.1%}"),
+    ("loss-masked", "loss_masked_fraction", "{:.1%}"),
+    ("slowest 10% turns", "slowest_decile_turns_mean", "{:.2f}"),
+)
+DAPO = (
+    ("trainer step", "trainer_step", "{}"),
+    ("gen batches", "generation_batches", "{}"),
+    ("generated", "prompts_generated", "{:,}"),
+    ("kept", "prompts_kept", "{:,}"),
+    ("used", "prompts_used", "{:,}"),
+    ("kept/generated", "kept_of_generated_fraction", "{:.1%}"),
+    ("used/kept", "used_of_kept_fraction", "{:.1%}"),
+    ("batch filled", "batch_filled", "{}"),
+)
+
+
+def print_frame(title: str, frame: pl.DataFrame, columns: tuple[tuple[str, str, str], ...]) -> None:
+    """Some columns of ``frame`` as a table; a null shows as "n/a"."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for header, _, _ in columns:
+        table.add_column(header, justify="right")
+    for row in frame.iter_rows(named=True):
+        table.add_row(*("n/a" if row[c] is None else f.format(row[c]) for _, c, f in columns))
+    console.print(table)
+
+
 def print_warnings(warnings: list[str]) -> None:
     """Each warning as one ``warning: …`` line."""
     from rich.text import Text
@@ -92,12 +134,22 @@ def lengths_analyze(
     fit: Fit = None,
     task: Annotated[str, typer.Option(help="Task name for the fitted parameters.")] = "task",
 ) -> None:
-    """Length statistics per step, drift, rank imbalance, figures; stragglers with --run."""
+    """Length statistics per step, drift, rank imbalance, figures; stragglers with --run.
+
+    Multi-turn tool-use records add multiturn_*.csv, DAPO filter records dapo_steps.csv.
+    """
     from ..jobs import analyze_lengths
 
     with spinner(details=False) as reporter:
         done = analyze_lengths(paths, out, cap=cap, run=run, fit=fit, task=task, reporter=reporter)
-    print_length_table(done.stats, done.n_responses, done.cap)
+    if done.stats is not None:
+        print_length_table(done.stats, done.n_responses, done.cap)
+    if done.multiturn is not None:
+        print_frame("Multi-turn rollouts per step (multiturn_steps.csv)", done.multiturn, MULTITURN)
+    if done.dapo is not None:
+        print_frame("DAPO filtering per trainer step (dapo_steps.csv)", done.dapo, DAPO)
+    for line in done.notes:
+        console.print(f"note: {line}", soft_wrap=True, markup=False)
     print_warnings(done.warnings)
     print_written(done.written, out)
 

@@ -53,22 +53,58 @@ def saved_envelope_figure(result: Analysis, saved: Path, figures: Path, drawing:
 def length_sections(
     result: Analysis, length_dir: Path, cap: int | None, figures: Path, drawing: Drawing
 ) -> tuple[list[Section], list[str]]:
-    """The report's length, straggler and energy-per-token sections, and what to warn of.
+    """The report's length, straggler, energy-per-token, multi-turn and DAPO sections, and notes.
 
     The figures go to ``drawing`` with the cap used (given, or inferred from the records); the
-    warnings name length records of steps the run lacks and run steps without records.
+    warnings name length records of steps the run lacks and run steps without records; the
+    multi-turn and DAPO notes (what their records cannot say) come with them.
     """
     from ..render.figures.tasks import length_figure_tasks
     from ..workload.lengths import read_packed_lengths
+    from ..workload.records import record_files
     from ..workload.stragglers import run_lengths
+    from .rollouts import compute_rollout_tables
 
-    responses = read_packed_lengths([length_dir])
-    tables = run_lengths(result, responses, cap)
-    for task in length_figure_tasks(responses, tables.tails, figures, tables.cap.value):
-        drawing.draw(task)
-    sections: list[Section] = [
-        ("Response lengths per step", tables.stats),
-        ("Rollout stragglers", tables.tails),
-        ("Energy per generated token", tables.energy),
+    files = record_files([length_dir])
+    sections: list[Section] = []
+    warnings: list[str] = []
+    if files.packed:
+        responses = read_packed_lengths(files.packed)
+        tables = run_lengths(result, responses, cap)
+        for task in length_figure_tasks(responses, tables.tails, figures, tables.cap.value):
+            drawing.draw(task)
+        sections += [
+            ("Response lengths per step", tables.stats),
+            ("Rollout stragglers", tables.tails),
+            ("Energy per generated token", tables.energy),
+        ]
+        warnings += tables.warnings
+    rollouts = compute_rollout_tables(files)
+    sections += [
+        (ROLLOUT_TITLES[name], table.drop(REPORT_LEAVES_OUT.get(name, ())))
+        for name, table in rollouts.tables.items()
     ]
-    return sections, list(tables.warnings)
+    return sections, warnings + rollouts.warnings + rollouts.notes
+
+
+#: the report's section title of each multi-turn and DAPO table
+ROLLOUT_TITLES = {
+    "multiturn_steps": "Multi-turn rollouts per step (latencies summed over samples, not wall time)",
+    "multiturn_turn_counts": "Multi-turn samples by turn count (stragglers: each step's slowest 10% of samples)",
+    "multiturn_turns": "Multi-turn prefix cache by turn",
+    "dapo_steps": "DAPO filtering per trainer step (prompts generated, kept, used)",
+}
+#: columns the report leaves out (totals behind its ratios, the complement of a share): the
+#: tables stay readable; ``lengths analyze``'s CSV files have them all
+REPORT_LEAVES_OUT = {
+    "multiturn_steps": (
+        "turns_total",
+        "engine_share_of_latency_fraction",
+        "prompt_tokens",
+        "cached_tokens",
+        "response_tokens",
+        "loss_tokens",
+        "slowest_sample_turns",
+        "slowest_decile_turns_over_p50",
+    ),
+}

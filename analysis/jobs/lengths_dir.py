@@ -10,15 +10,20 @@ if TYPE_CHECKING:
     from ..model import Analysis
 
 
-def find_lengths(inputs: Sequence[Path]) -> Path | None:
-    """A folder of packed_lengths files beside the inputs, if there is one."""
+def find_lengths(
+    inputs: Sequence[Path], patterns: Sequence[str] = ("packed_lengths_step_*.jsonl",)
+) -> Path | None:
+    """A folder of record files beside the inputs, if any: packed_lengths files by default.
+
+    ``patterns``: the file names that count (the report also takes multi-turn and DAPO records).
+    """
     for path in inputs:
         for candidate in (
             path.with_name(path.stem + "_lengths"),
             path / "lengths",
             path.parent / "lengths",
         ):
-            if candidate.is_dir() and any(candidate.glob("packed_lengths_step_*.jsonl")):
+            if candidate.is_dir() and any(any(candidate.glob(p)) for p in patterns):
                 return candidate
     return None
 
@@ -33,6 +38,9 @@ def traces_read(analysis: Analysis) -> list[Path]:
 def lengths_beside(inputs: Sequence[Path], analysis: Analysis) -> Path | None:
     """:func:`find_lengths` beside the inputs, else beside the traces ``analysis`` came from.
 
-    An analysis folder's records stay beside its traces, not in the folder.
+    An analysis folder's records stay beside its traces, not in the folder. Any record kind the
+    report reads counts: packed lengths, multi-turn, DAPO filter.
     """
-    return find_lengths(inputs) or find_lengths(traces_read(analysis))
+    from ..workload.records import PRIMARY
+
+    return find_lengths(inputs, PRIMARY) or find_lengths(traces_read(analysis), PRIMARY)

@@ -8,14 +8,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..errors import InputError
+from .common import QUIET, Reporter
+from .rollouts import rollout_tables
+from .run import open_run
+
 if TYPE_CHECKING:
     import polars as pl
 
     from ..workload.lengths import CapChoice
-
-
-from .common import QUIET, Reporter
-from .run import open_run
+    from ..workload.records import RecordFiles
 
 # --- workload: lengths, fidelity -----------------------------------------------------------------
 
@@ -24,13 +26,19 @@ from .run import open_run
 class LengthsOutputs:
     """What :func:`analyze_lengths` made: per-step statistics, the cap, warnings, files written."""
 
-    stats: pl.DataFrame
+    #: None where the paths hold no packed_lengths records (multi-turn or DAPO records only)
+    stats: pl.DataFrame | None
     n_responses: int
     written: list[Path]
     #: the cap the "at cap" column uses: given, inferred or none (``cap.text()`` says which)
     cap: CapChoice | None = None
     #: one line each: records and run steps that do not match, fits refused as degenerate
     warnings: list[str] = field(default_factory=list)
+    #: ``multiturn_steps.csv`` and ``dapo_steps.csv``'s tables, where there are such records
+    multiturn: pl.DataFrame | None = None
+    dapo: pl.DataFrame | None = None
+    #: what the records cannot say (fields absent, sums that are not wall time), one line each
+    notes: list[str] = field(default_factory=list)
 
 
 def _atomic_text(path: Path, text: str) -> Path:
@@ -57,6 +65,42 @@ def analyze_lengths(
     (``MissingDependency`` without scipy and scikit-learn, before any work); None fits when they
     are installed, else notes the skip.
     """
+    from ..workload.records import record_files
+
+    files = record_files(paths)
+    if not files.packed:
+        if run is not None or fit:
+            raise InputError(
+                "--run and --fit need packed_lengths_step_*.jsonl records; "
+                f"{', '.join(map(str, paths))} has none"
+            )
+        out_ = LengthsOutputs(stats=None, n_responses=0, written=[])
+    else:
+        out_ = _packed_outputs(files, out, cap, run, fit, task, reporter, paths)
+    extra = rollout_tables(files, out)
+    return LengthsOutputs(
+        stats=out_.stats,
+        n_responses=out_.n_responses,
+        written=out_.written + extra.written,
+        cap=out_.cap,
+        warnings=out_.warnings + extra.warnings,
+        multiturn=extra.multiturn,
+        dapo=extra.dapo,
+        notes=extra.notes,
+    )
+
+
+def _packed_outputs(
+    files: RecordFiles,
+    out: Path,
+    cap: int | None,
+    run: Path | None,
+    fit: bool | None,
+    task: str,
+    reporter: Reporter,
+    paths: Sequence[Path],
+) -> LengthsOutputs:
+    """The packed_lengths statistics, figures, stragglers with ``run`` and fits."""
     from ..errors import MissingDependency
     from ..render.figures.lengths import length_cdf, length_heatmap
     from ..render.outputs.atomic import atomic_write
@@ -71,8 +115,8 @@ def analyze_lengths(
             f"length fits skipped: they need {' and '.join(missing)} ({FIT_HINT}); "
             "--no-fit skips them quietly"
         )
-    responses = lw.read_packed_lengths(paths)
-    rewards = lw.read_reward_timings(paths)
+    responses = lw.read_packed_lengths(files.packed)
+    rewards = lw.read_reward_timings(files.rewards)
     choice = lw.resolve_cap(responses, cap)
     stats = lw.length_stats(responses, cap=choice)
     warnings: list[str] = []

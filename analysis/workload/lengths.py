@@ -33,7 +33,7 @@ REWARD_REQUIRED = (
 )
 
 
-def _read_json_lines(file: Path) -> pl.DataFrame:
+def read_json_lines(file: Path) -> pl.DataFrame:
     """A JSON-lines file as a frame; a malformed file is a WorkloadInputError."""
     try:
         return pl.read_ndjson(file, infer_schema_length=None)
@@ -43,7 +43,7 @@ def _read_json_lines(file: Path) -> pl.DataFrame:
         raise WorkloadInputError(f"{file}: not JSON lines ({_first_line(exc)})") from exc
 
 
-def _typed(file: Path, frame: pl.DataFrame, *columns: pl.Expr) -> pl.DataFrame:
+def typed_select(file: Path, frame: pl.DataFrame, *columns: pl.Expr) -> pl.DataFrame:
     """``frame.select(*columns)``; a field of the wrong type is a WorkloadInputError naming it."""
     try:
         return frame.select(*columns)
@@ -73,7 +73,7 @@ def _records(
 ) -> Iterator[tuple[Path, pl.DataFrame]]:
     """Each JSON-lines file with its records, checked for the ``layout``'s required fields."""
     for file in files:
-        frame = _read_json_lines(file)
+        frame = read_json_lines(file)
         missing = [c for c in required if c not in frame.columns]
         if missing:
             raise WorkloadInputError(
@@ -92,7 +92,7 @@ def read_packed_lengths(paths: Sequence[str | Path]) -> pl.DataFrame:
     if not files:
         raise InputError(f"no {PACKED_GLOB} file in {', '.join(map(str, paths))}")
     frames = [
-        _typed(
+        typed_select(
             file,
             frame,
             pl.col("step").cast(pl.Int64),
@@ -128,7 +128,7 @@ def read_reward_timings(paths: Sequence[str | Path]) -> pl.DataFrame | None:
     if not files:
         return None
     frames = [
-        _typed(
+        typed_select(
             file,
             frame,
             pl.col("step").cast(pl.Int64),
