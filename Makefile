@@ -127,6 +127,8 @@ report-shots: demo
 VERL_VENV ?= .venv-verl
 VERL_MODE ?= sync
 VERL_OUT ?= $(if $(filter sync,$(VERL_MODE)),$(OUT)/verl,$(OUT)/verl_$(VERL_MODE))
+# the model, tokenizer and prompts: the sync run's (in its VERL_OUT, as before), shared by the modes
+VERL_ASSETS ?= $(if $(filter sync,$(VERL_MODE)),$(VERL_OUT)/assets,$(OUT)/verl/assets)
 VERL_STEPS ?= $(if $(filter fully_async,$(VERL_MODE)),6,2)
 VERL_REPORT := $(if $(filter sync,$(VERL_MODE)),verl_grpo,$(if $(filter fully_async,$(VERL_MODE)),verl_async,verl_one_step_off))
 VERL_LOCK := checks/verl_run/requirements.lock
@@ -142,7 +144,7 @@ $(VERL_VENV)/.installed: $(VERL_LOCK) checks/verl_run/requirements.txt
 	touch $@
 
 profile-verl: $(VERL_VENV)/.installed $(BASE)
-	$(VERL_VENV)/bin/python -m checks.verl_run.run --assets $(OUT)/verl/assets --out $(VERL_OUT) \
+	$(VERL_VENV)/bin/python -m checks.verl_run.run --assets $(VERL_ASSETS) --out $(VERL_OUT) \
 		--steps $(VERL_STEPS) --mode $(VERL_MODE)
 	$(BIN)/nvtx-phases analyze $(VERL_OUT)/$(VERL_REPORT).sqlite --out $(VERL_OUT)/analysis --max-rows 60
 	$(BIN)/nvtx-phases fidelity $(VERL_OUT)/analysis --log $(VERL_OUT)/verl_console.log --out $(VERL_OUT)/fidelity
