@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import sys
 import time
 import warnings
@@ -171,11 +172,34 @@ def _wrap(hook: Hook, make: Callable[[Any], Any] | None = None) -> None:
     owner, name, current = resolved
     if hasattr(current, WRAPPED_MARK):
         return  # installed by an earlier import of this module
-    wrapper = (make or phase(hook.phase))(current)
+    wrapper = make(current) if make is not None else phase_wrapper(hook.phase, current)
     setattr(wrapper, WRAPPED_MARK, hook.target)
     owned = name in vars(owner)
     setattr(owner, name, wrapper)
     _installed[hook.target] = _Installed(owner, name, current, owned)
+
+
+def phase_wrapper(name: str, current: Any) -> Any:
+    """``phase(name)`` around ``current``; for a VeRL ``@auto_await`` method, one that keeps it.
+
+    ``auto_await`` (``verl.utils.ray_utils``) returns its coroutine to a caller that is a
+    coroutine and runs it to the end for any other. Behind a plain wrapper it would see the
+    wrapper as its caller and hand an awaiting caller (one-step-off's trainer awaits
+    ``AgentLoopManager.generate_sequences``) a result instead of an awaitable. So a coroutine
+    caller gets the range around the coroutine, any other the range around the call, as before.
+    """
+    inner = getattr(current, "__wrapped__", None)
+    if inspect.iscoroutinefunction(current) or not inspect.iscoroutinefunction(inner):
+        return phase(name)(current)
+    around_call, around_coroutine = phase(name)(current), phase(name)(inner)
+
+    @functools.wraps(current)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if sys._getframe(1).f_code.co_flags & inspect.CO_COROUTINE:
+            return around_coroutine(*args, **kwargs)
+        return around_call(*args, **kwargs)
+
+    return wrapper
 
 
 def _global_step(frame: Any) -> int | None:

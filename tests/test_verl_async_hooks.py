@@ -323,3 +323,26 @@ def test_colocated_trainer_path_is_unchanged(installed, marks, tmp_path):
         Trainer().fit()
     assert _records(out).select("path", "step").rows() == [("step", 3), ("step/update_weights", 3)]
     assert marks == []
+
+
+def test_auto_await_methods_stay_awaitable_for_coroutine_callers(tmp_path):
+    # VeRL's AgentLoopManager.generate_sequences is @auto_await: one-step-off's trainer awaits
+    # it, the colocated trainer calls it; behind the hook both must still work, in one range
+    from verl.utils.ray_utils import auto_await
+
+    class Manager:
+        @auto_await
+        async def generate_sequences(self, x):
+            await asyncio.sleep(0)
+            return x + 1
+
+    Manager.generate_sequences = hooks.phase_wrapper("generation", Manager.generate_sequences)
+
+    async def awaiting():
+        return await Manager().generate_sequences(1)
+
+    out = tmp_path / "r.jsonl"
+    with record_to(out):
+        assert asyncio.run(awaiting()) == 2  # before: "object int can't be used in 'await'"
+        assert Manager().generate_sequences(2) == 3  # a plain caller gets the result
+    assert _records(out)["path"].to_list() == ["generation", "generation"]

@@ -181,7 +181,11 @@ def disaggregated_overrides(
             "async_training.partial_rollout": "True",
         }
     elif mode == "one_step_off":
-        changes |= {"data.train_batch_size": str(ASYNC_PROMPTS_PER_STEP)}
+        changes |= {
+            "data.train_batch_size": str(ASYNC_PROMPTS_PER_STEP),
+            # its config finds the base config at file://verl/trainer/config (VeRL's repo root)
+            "hydra.searchpath": "[pkg://verl.trainer.config]",
+        }
     else:
         raise ValueError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
     base = verl_overrides(assets, steps=steps, out=out)
