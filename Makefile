@@ -123,7 +123,7 @@ report-shots: demo
 ##               ~6 min and ~12 GB of memory at peak; needs nsys (Debian's 2022.4 works) on PATH.
 ##               VERL_MODE=fully_async: VeRL's fully async trainer and rollouter on separate (logical
 ##               GPU) pools, VERL_STEPS trainer steps (default 6: 3 parameter syncs, one validation;
-##               ~3 min, ~11 GB); VERL_MODE=one_step_off: its one-step-off-policy trainer.
+##               ~3 min, ~11 GB), out to out/verl_fully_async/.
 VERL_VENV ?= .venv-verl
 VERL_MODE ?= sync
 VERL_OUT ?= $(if $(filter sync,$(VERL_MODE)),$(OUT)/verl,$(OUT)/verl_$(VERL_MODE))

@@ -8,6 +8,12 @@ server, the agent-loop and reward workers) are descendants of the profiled proce
 follows them and writes one report holding every process. ``nvtx_phases.verl.install`` is Ray's
 ``worker_process_setup_hook``, so every worker marks its phases. VeRL's console output (its
 ``step:N - timing_s/…`` lines) is kept in ``verl_console.log`` for ``nvtx-phases fidelity``.
+
+``--mode fully_async`` runs VeRL's ``fully_async_policy`` instead (trainer and rollouter on
+separate pools, through :mod:`nvtx_phases.verl_launch`). ``--mode one_step_off`` runs, but is
+not offered by ``make``: its background generation task's ranges interleave with the step's on
+the trainer's event-loop thread, which ``analyze`` nests by time (one hierarchy per thread), so
+``reward``/``ref``/``adv`` of a step land under ``generate_async`` and fidelity cannot pair them.
 """
 
 from __future__ import annotations
