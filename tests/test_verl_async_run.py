@@ -18,6 +18,7 @@ import sqlite3
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import polars as pl
 import pytest
 from nvtx_phases.analysis.cli import app
 from typer.testing import CliRunner
@@ -257,3 +258,69 @@ def test_fidelity_trainer_records_sum_their_steps(fidelity, ranges):
             assert float(row["logged_s"]) == pytest.approx(record[f"timing_s/{stage}"], rel=1e-6)
         first = last + 1
     assert first == STEPS + 1  # every trained step is in one record
+
+
+# --- the run's GPU pools, as analyze reports them --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pooled():
+    from nvtx_phases.analysis.run.pipeline import analyze
+
+    return analyze(SQLITE)
+
+
+def test_pools_are_the_marked_roles_with_their_processes(pooled, marks):
+    marked: dict[str, set[int]] = defaultdict(set)
+    for pid, text in marks:
+        match = re.match(POOL_MARK_PATTERN, text or "")
+        if match:
+            marked[match.group(1)].add(pid)
+    assert set(marked) == {"trainer", "rollout"}
+    assert pooled.pools is not None
+    for row in pooled.pools.iter_rows(named=True):
+        pids = {int(p.rsplit(":", 1)[1]) for p in row["processes"].split(",")}
+        if row["pool"] == "unpooled":  # processes that mark no pool (VeRL's reward loop worker)
+            assert not pids & set().union(*marked.values())
+            continue
+        assert row["source"] == "marks" and pids == marked[row["pool"]]
+        # a CPU run: no GPU, so no GPU time to attribute (null, not 0) and none said missing
+        assert row["n_devices"] == 0 and row["captured"] is False
+        assert row["total_gpu_ns"] is None
+    assert not any("GPU work not captured" in w for w in pooled.warnings)
+
+
+def test_rollouter_rows_carry_versions_and_overlap_the_trainers(pooled, ranges):
+    trainer, rollouter = _pid_of(ranges, "step"), _pid_of(ranges, "version")
+    rows = pooled.phases.filter(pl.col("attribution") == "window")
+    versions = rows.filter((pl.col("pid") == rollouter) & (pl.col("path") == "version"))
+    assert set(versions["pool"]) == {"rollout"}
+    # each version row's step is its range's payload (parameter version), as marked
+    marked = {r[2] for r in _of(ranges, rollouter, "version")}
+    assert set(versions["step"].to_list()) == marked
+    steps = rows.filter((pl.col("pid") == trainer) & (pl.col("path") == "step"))
+    assert set(steps["pool"]) == {"trainer"}
+    assert set(steps["step"].to_list()) == {r[2] for r in _of(ranges, trainer, "step")}
+    gens = rows.filter((pl.col("pid") == rollouter) & (pl.col("path") == "version/gen"))
+    updates = rows.filter((pl.col("pid") == trainer) & (pl.col("path") == "step/update_actor"))
+    overlap = sum(
+        max(0, min(g["end_ns"], u["end_ns"]) - max(g["start_ns"], u["start_ns"]))
+        for g in gens.iter_rows(named=True)
+        for u in updates.iter_rows(named=True)
+    )
+    assert overlap > 50_000_000
+
+
+def test_idle_causes_cover_each_pools_span_with_no_gpu_time(pooled):
+    """Each pool's causes add up to its span (first start to last end of its window ranges)."""
+    causes = pooled.idle_causes
+    assert causes is not None
+    window = pooled.ranges.filter(pl.col("attribution") == "window")
+    for pool in ("trainer", "rollout"):
+        mine = window.filter(pl.col("pool") == pool)
+        span = mine["end_ns"].max() - mine["start_ns"].min()
+        rows = causes.filter(pl.col("pool") == pool)
+        assert rows["wall_ns"].sum() == span
+        assert rows["idle_ns"].null_count() == rows.height  # no GPU: idle unknown, not 0
+    trainer = causes.filter(pl.col("pool") == "trainer")
+    assert "starvation" in set(trainer["cause"])  # the trainer's gen: waiting on the queue
