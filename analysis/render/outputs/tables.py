@@ -22,6 +22,7 @@ import polars as pl
 
 from ...aggregate.gpu_metrics import TABLE_SCHEMA as GPU_METRICS_SCHEMA
 from ...aggregate.kernels_by_phase import kernels_by_phase
+from ...aggregate.nccl import nccl_collectives, nccl_collectives_by_phase, nccl_overlap
 from ...aggregate.staleness import STALENESS_SCHEMA
 from ...attribute.idle_causes import IDLE_CAUSE_SCHEMA
 from ...energy.envelope import power_envelope
@@ -101,6 +102,24 @@ def _kernels_by_phase(analysis: Analysis, top: int | None) -> pl.DataFrame | Non
     return kernels_by_phase(analysis.gpu_activity, analysis.phases, top=top)
 
 
+def _nccl_overlap(analysis: Analysis, _: int | None) -> pl.DataFrame | None:
+    if not has_kernel_columns(analysis):
+        return None
+    return nccl_overlap(analysis.gpu_activity, analysis.phases, analysis.ranges)
+
+
+def _nccl_collectives(analysis: Analysis, _: int | None) -> pl.DataFrame | None:
+    if not has_kernel_columns(analysis):
+        return None
+    return nccl_collectives(analysis.gpu_activity, analysis.phases)
+
+
+def _nccl_by_phase(analysis: Analysis, _: int | None) -> pl.DataFrame | None:
+    if not has_kernel_columns(analysis):
+        return None
+    return nccl_collectives_by_phase(analysis.gpu_activity, analysis.phases)
+
+
 _BY_STEP = "the rows of the selected steps"
 
 #: every table an analysis writes, in the order written (``gpu_activity.parquet``, the big one,
@@ -161,6 +180,30 @@ TABLES: tuple[OutputTable, ...] = (
         _kernels_by_phase,
         _csv,
         "recomputed from the selected phases and operations",
+    ),
+    OutputTable(
+        "nccl_overlap.csv",
+        "NCCL time per phase row and GPU: union, exposed, overlapped by compute",
+        _nccl_overlap,
+        _csv,
+        "recomputed from the selected phases, ranges and operations",
+        skip_empty=True,
+    ),
+    OutputTable(
+        "nccl_collectives.csv",
+        "NCCL collectives matched across GPUs: per GPU arrival, wait, transfer, straggler",
+        _nccl_collectives,
+        _csv,
+        "recomputed from the selected phases and operations",
+        skip_empty=True,
+    ),
+    OutputTable(
+        "nccl_collectives_by_phase.csv",
+        "per innermost phase: collectives, total wait vs transfer, most frequent straggler",
+        _nccl_by_phase,
+        _csv,
+        "recomputed from the selected phases and operations",
+        skip_empty=True,
     ),
     OutputTable(
         "steps.csv",
