@@ -101,9 +101,15 @@ def _nccl(activity: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def nccl_overlap(
-    activity: pl.LazyFrame, phases: pl.DataFrame, ranges: pl.DataFrame | None
+    activity: pl.LazyFrame,
+    phases: pl.DataFrame,
+    ranges: pl.DataFrame | None,
+    pools: pl.DataFrame | None = None,
 ) -> pl.DataFrame | None:
     """Exposed vs overlapped NCCL time per phase row and GPU (:data:`OVERLAP_SCHEMA`).
+
+    ``pools``: a run's GPU pools (``pools.csv``): a window range then holds the NCCL kernels
+    of its own pool's GPUs only, as its phase row does.
 
     None when the run has no NCCL kernel, or the inputs cannot support the table (no
     operations; window rows without their ranges, as in a folder of an older version).
@@ -122,7 +128,8 @@ def nccl_overlap(
     if "projection_path" in names and "projection_step" in names:
         blocks.append(_projection_blocks(nccl, phases))
     if has_window and ranges is not None:
-        blocks.append(_window_blocks(nccl, ranges.filter(pl.col("attribution") == WINDOW)))
+        window = _window_blocks(nccl, ranges.filter(pl.col("attribution") == WINDOW))
+        blocks.append(_on_own_pool(window, ranges, pools))
     if not blocks:
         return pl.DataFrame(schema=OVERLAP_SCHEMA)
     nccl_blocks = pl.concat(blocks, how="vertical")
@@ -195,6 +202,25 @@ def _with_enclosing(frame: pl.DataFrame) -> pl.DataFrame:
             )
             for level in range(depth)
         ]
+    )
+
+
+def _on_own_pool(
+    blocks: pl.DataFrame, ranges: pl.DataFrame, pools: pl.DataFrame | None
+) -> pl.DataFrame:
+    """Window blocks on their range's pool's GPUs only (all of them in a run without pools)."""
+    if pools is None or "pool" not in ranges.columns:
+        return blocks
+    gpus = (
+        pools.select("pool", pl.col("devices").str.split(",").alias("device"))
+        .explode("device")
+        .filter(pl.col("device").is_not_null() & (pl.col("device") != ""))
+    )
+    row_pool = ranges.filter(pl.col("attribution") == WINDOW).select(*ROW[:-1], "pool").unique()
+    return (
+        blocks.join(row_pool, on=list(ROW[:-1]), how="left", nulls_equal=True)
+        .join(gpus, on=["pool", "device"], how="semi")
+        .drop("pool")
     )
 
 

@@ -105,7 +105,7 @@ def _kernels_by_phase(analysis: Analysis, top: int | None) -> pl.DataFrame | Non
 def _nccl_overlap(analysis: Analysis, _: int | None) -> pl.DataFrame | None:
     if not has_kernel_columns(analysis):
         return None
-    return nccl_overlap(analysis.gpu_activity, analysis.phases, analysis.ranges)
+    return nccl_overlap(analysis.gpu_activity, analysis.phases, analysis.ranges, analysis.pools)
 
 
 def _nccl_collectives(analysis: Analysis, _: int | None) -> pl.DataFrame | None:
