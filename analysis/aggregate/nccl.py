@@ -100,6 +100,16 @@ def _nccl(activity: pl.LazyFrame) -> pl.LazyFrame:
     return activity.filter((pl.col("kind") == "kernel") & (pl.col("op_class") == "nccl"))
 
 
+def _nccl_kernels(activity: pl.LazyFrame) -> tuple[list[str], pl.DataFrame] | None:
+    """The activity's column names and its NCCL kernels; None without columns or kernels."""
+    if not _usable(activity):
+        return None
+    nccl = _nccl(activity).collect(engine="streaming")
+    if nccl.is_empty():
+        return None
+    return activity.collect_schema().names(), nccl
+
+
 def nccl_overlap(
     activity: pl.LazyFrame,
     phases: pl.DataFrame,
@@ -115,12 +125,10 @@ def nccl_overlap(
     operations; window rows without their ranges, as in a folder of an older version).
     Rows only where the phase had NCCL time on that GPU.
     """
-    if not _usable(activity):
+    found = _nccl_kernels(activity)
+    if found is None:
         return None
-    names = activity.collect_schema().names()
-    nccl = _nccl(activity).collect(engine="streaming")
-    if nccl.is_empty():
-        return None
+    names, nccl = found
     has_window = bool((phases["attribution"] == WINDOW).any())
     if has_window and ranges is None:
         return None
@@ -293,12 +301,10 @@ def nccl_collectives(activity: pl.LazyFrame, phases: pl.DataFrame) -> pl.DataFra
 
 def _phase_kernels(activity: pl.LazyFrame, phases: pl.DataFrame) -> pl.DataFrame | None:
     """The NCCL kernels of each scheme's innermost phases, numbered, with ``matched``."""
-    if not _usable(activity):
+    found = _nccl_kernels(activity)
+    if found is None:
         return None
-    names = activity.collect_schema().names()
-    nccl = _nccl(activity).collect(engine="streaming")
-    if nccl.is_empty():
-        return None
+    names, nccl = found
     parts = []
     for attribution, (step, path) in _SCHEME_COLUMNS.items():
         known = phases.filter(pl.col("attribution") == attribution)["path"].unique()

@@ -40,7 +40,7 @@ import polars as pl
 from nvtx_phases.naming import ASYNC_RENAMES, PATH_SEP, VERSION
 
 from ..model import Analysis
-from .fidelity import MIN_SCORED_S, STAGES, same_run_check, stage_times
+from .fidelity import MIN_SCORED_S, STAGES, same_run_check, stage_accuracy, stage_times
 
 #: marks a trainer record of the fully async trainer (a ``MetricsAggregator`` "last" metric)
 GLOBAL_STEP_KEY = "training/global_step"
@@ -278,24 +278,10 @@ def _summary(
 ) -> dict[str, Any]:
     """The summary :func:`analysis.workload.fidelity.to_markdown` prints."""
     scored_rows = both.filter(~pl.col(CUT))
-    per_stage = (
-        scored_rows.group_by("stage")
-        .agg(
-            pl.len().alias("n_steps"),
-            pl.col("logged_s").mean().alias("mean_logged_s"),
-            pl.col("trace_s").mean().alias("mean_trace_s"),
-            pl.col("error_pct").mean().alias("mean_error_pct"),
-            pl.col("error_pct").abs().mean().alias("mean_abs_error_pct"),
-        )
-        .with_columns((100 - pl.col("mean_abs_error_pct")).alias("accuracy_pct"))
-        .sort("stage")
-    )
-    scored = scored_rows.filter(pl.col("logged_s") >= MIN_SCORED_S)
-    unscored = sorted(set(scored_rows["stage"].to_list()) - set(scored["stage"].to_list()))
+    per_stage, scored, unscored, overall = stage_accuracy(scored_rows)
     covered = [s for s in trace_steps if s <= logged_last]
     after = [s for s in trace_steps if s > logged_last]
     window_pairs = [[s, s] for s in covered]
-    overall = float(100 - cast(float, scored["error_pct"].abs().mean())) if scored.height else None
     summary: dict[str, Any] = {
         "stages": {row.pop("stage"): row for row in per_stage.iter_rows(named=True)},
         "overall_accuracy_pct": overall,

@@ -20,9 +20,10 @@ The ground truth (``ground_truth.json``) is computed from the exported operation
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
-from ..ray import write_truth
+from ..ray import write_exports, write_truth
 from .config import AsyncConfig, AsyncProcess
 from .export import write_process
 from .model import AsyncBuilder
@@ -42,12 +43,9 @@ def generate_async(
     b = AsyncBuilder(cfg)
     b.build()
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for proc in b.processes:
-        path = out / proc.file
-        write_process(path, b, proc)
-        written.append(path)
+    written = write_exports(
+        out, [(proc.file, partial(write_process, b=b, proc=proc)) for proc in b.processes]
+    )
     if cfg.power:
         b.power_sampler().write_parquet(out / "power_nvml.parquet")
     if with_truth:

@@ -31,8 +31,9 @@ list (numpy clipping and a sort-merge union per physical GPU), independently of 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -61,16 +62,23 @@ def generate_ray(
     b = RayBuilder(cfg)
     b.build()
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for proc in b.processes:
-        path = out / proc.file
-        write_process(path, b, proc)
-        written.append(path)
+    written = write_exports(
+        out, [(proc.file, partial(write_process, b=b, proc=proc)) for proc in b.processes]
+    )
     if cfg.power:
         b.power_sampler().write_parquet(out / "power_nvml.parquet")
     if with_truth:
         write_truth(out, cfg, RAY_NOTES, b.processes, b.uuids, ray_ground_truth(b))
+    return written
+
+
+def write_exports(out: Path, files: Sequence[tuple[str, Callable[[Path], None]]]) -> list[Path]:
+    """Write each ``(file name, writer)`` of a capture into ``out`` (created); the paths, in order."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, write in files:
+        write(out / name)
+        written.append(out / name)
     return written
 
 
