@@ -164,6 +164,17 @@ def test_hand_built_nsys_rows(tmp_path: Path) -> None:
             (s,),
         ).fetchone()
     assert got["entry_bytes"] == entry
+    # offload/onload: D2H / H2D bytes of the GPU's copies starting in each row, by SQL
+    with sqlite3.connect(path) as db:
+        for row in table.iter_rows(named=True):
+            for column, kind in (("h2d_bytes", 1), ("d2h_bytes", 2)):
+                (want,) = db.execute(
+                    "SELECT COALESCE(SUM(bytes), 0) FROM CUPTI_ACTIVITY_KIND_MEMCPY "
+                    "WHERE copyKind = ? AND deviceId = 0 AND start >= ? AND start < ?",
+                    (kind, row["start_ns"], row["end_ns"]),
+                ).fetchone()
+                assert row[column] == want, (row["path"], column)
+    assert table["h2d_bytes"].sum() > 0 and table["d2h_bytes"].sum() > 0
 
 
 def test_no_memory_events_says_so(tmp_path: Path) -> None:

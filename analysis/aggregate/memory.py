@@ -13,6 +13,10 @@ Definitions (also in the README):
   level and the level after each event with ``start_ns <= ts < end_ns``, taken event by event
   (an allocation freed at the same ns still counts); ``mean_bytes`` = ∫ level dt / wall
   (level right-continuous; null for a zero-length row).
+- offload/onload: ``d2h_bytes`` / ``h2d_bytes`` = bytes of the device→host / host→device copies
+  on that GPU that start inside ``[start_ns, end_ns)`` (the window definition of the phase
+  table's ``memcpy_bytes``, applied per GPU and direction, for both schemes; a copy is not split);
+  null when the per-operation table is not at hand.
 - the GPUs of a row: every GPU with memory events for a *window* row, those its operations ran
   on (and that have memory events) for a *projection* row.
 """
@@ -41,7 +45,11 @@ TABLE_SCHEMA: dict[str, PolarsDataType] = {
     "entry_bytes": pl.Int64,
     "peak_bytes": pl.Int64,
     "mean_bytes": pl.Float64,
+    "h2d_bytes": pl.Int64,
+    "d2h_bytes": pl.Int64,
 }
+#: memcpy classes counted as onload (host → device) and offload (device → host)
+COPY_CLASSES = {"h2d_bytes": "memcpy_h2d", "d2h_bytes": "memcpy_d2h"}
 _KEYS = ["trace", "pid", "step", "phase", "path", "attribution", "start_ns", "end_ns"]
 
 
@@ -131,14 +139,40 @@ def _device_stats(
     return hi - lo, entry, peak, mean
 
 
+def copies_of(activity: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame | None:
+    """``device, op_class, start_ns, bytes`` of the H2D and D2H copies; None without the columns."""
+    names = activity.lazy().collect_schema().names()
+    if not {"kind", "op_class", "device", "start_ns", "bytes"} <= set(names):
+        return None
+    return (
+        activity.lazy()
+        .filter(pl.col("kind") == "memcpy")
+        .select("device", pl.col("op_class").cast(pl.String), "start_ns", "bytes")
+        .filter(pl.col("op_class").is_in(list(COPY_CLASSES.values())))
+        .collect()
+    )
+
+
+def _copy_sums(copies: pl.DataFrame, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Bytes of ``copies`` (one GPU, one direction) starting in each ``[start, end)``."""
+    ordered = copies.sort("start_ns")
+    ts = ordered["start_ns"].to_numpy()
+    cum = np.concatenate([[0], np.cumsum(ordered["bytes"].fill_null(0).to_numpy())])
+    return cum[np.searchsorted(ts, ends, side="left")] - cum[np.searchsorted(ts, starts, "left")]
+
+
 def memory_per_phase(
-    phases: pl.DataFrame, events: pl.DataFrame, projection_devices: pl.DataFrame
+    phases: pl.DataFrame,
+    events: pl.DataFrame,
+    projection_devices: pl.DataFrame,
+    copies: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """One row per (phase row, GPU with memory events): :data:`TABLE_SCHEMA` (see module doc).
 
     ``events``: :data:`analysis.normalize.memory.EVENTS_SCHEMA`; ``projection_devices``:
     (trace, pid, step, path, device) of projection rows
-    (:func:`analysis.aggregate.gpu_metrics.projection_devices`).
+    (:func:`analysis.aggregate.gpu_metrics.projection_devices`); ``copies``: :func:`copies_of`
+    the run's operations (None: copy bytes null).
     """
     if events.is_empty() or phases.is_empty():
         return pl.DataFrame(schema=TABLE_SCHEMA)
@@ -166,8 +200,24 @@ def memory_per_phase(
             chosen["start_ns"].to_numpy(),
             chosen["end_ns"].to_numpy(),
         )
+        starts, ends = chosen["start_ns"].to_numpy(), chosen["end_ns"].to_numpy()
+        moved = {
+            column: pl.Series(
+                column,
+                None
+                if copies is None
+                else _copy_sums(
+                    copies.filter((pl.col("device") == device) & (pl.col("op_class") == cls)),
+                    starts,
+                    ends,
+                ),
+                dtype=pl.Int64,
+            )
+            for column, cls in COPY_CLASSES.items()
+        }
         parts.append(
             chosen.with_columns(
+                *moved.values(),
                 pl.lit(basis).alias("basis"),
                 pl.Series("n_events", n, dtype=pl.Int64),
                 pl.Series("entry_bytes", entry, dtype=pl.Int64),

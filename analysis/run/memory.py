@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Callable
 
 from ..aggregate.gpu_metrics import projection_devices
-from ..aggregate.memory import memory_per_phase
+from ..aggregate.memory import copies_of, memory_per_phase
 from ..model import Analysis
 from ..normalize.memory import read_run_memory_events
 
@@ -23,6 +23,9 @@ def with_memory(result: Analysis, say: Callable[[str], None]) -> Analysis:
         return dataclasses.replace(result, notes=notes)
     say("device memory per phase")
     table = memory_per_phase(
-        result.phases, events, projection_devices(result.gpu_activity, result.phases)
+        result.phases,
+        events,
+        projection_devices(result.gpu_activity, result.phases),
+        copies_of(result.gpu_activity),
     )
     return dataclasses.replace(result, memory=None if table.is_empty() else table, notes=notes)
