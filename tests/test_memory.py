@@ -235,3 +235,25 @@ def test_logged_memory_per_step(log: str) -> None:
         assert table["max_memory_allocated_gb"].null_count() == table.height
         assert table["cpu_memory_used_gb"].round(3).to_list() == [7.528, 7.521]
         assert notes
+
+
+def test_profile_passes_cuda_memory_usage(tmp_path: Path) -> None:
+    import subprocess
+
+    from nvtx_phases.nsys import Nsys, ProfileOptions, profile_args
+
+    nsys = shutil.which("nsys")
+    if nsys is None:
+        pytest.skip("nsys not installed")
+    help_text = subprocess.run([nsys, "profile", "--help"], capture_output=True, text=True).stdout
+    assert "--cuda-memory-usage=" in help_text  # Debian's nsys 2022.4 has it
+    real = Nsys(path=nsys, version="2022.4", profile_help=help_text)
+    args, _ = profile_args(real, ProfileOptions(), tmp_path / "r", gpu=False)
+    assert "--cuda-memory-usage=true" in args
+    off = profile_args(real, ProfileOptions(cuda_memory_usage=False), tmp_path / "r", gpu=False)
+    assert "--cuda-memory-usage=true" not in off[0]
+    without = help_text.replace("--cuda-memory-usage=", "")
+    old = Nsys(path=nsys, version="2020.1", profile_help=without)
+    args, notes = profile_args(old, ProfileOptions(), tmp_path / "r", gpu=False)
+    assert "--cuda-memory-usage=true" not in args
+    assert any("--cuda-memory-usage" in n for n in notes)
