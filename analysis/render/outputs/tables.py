@@ -22,6 +22,7 @@ import polars as pl
 
 from ...aggregate.gpu_metrics import TABLE_SCHEMA as GPU_METRICS_SCHEMA
 from ...aggregate.kernels_by_phase import kernels_by_phase
+from ...aggregate.memory import TABLE_SCHEMA as MEMORY_SCHEMA
 from ...aggregate.nccl import nccl_collectives, nccl_collectives_by_phase, nccl_overlap
 from ...aggregate.staleness import STALENESS_SCHEMA
 from ...attribute.idle_causes import IDLE_CAUSE_SCHEMA
@@ -88,6 +89,10 @@ def _read_idle_causes(path: Path) -> pl.DataFrame:
 
 def _read_gpu_metrics(path: Path) -> pl.DataFrame:
     return pl.read_csv(path, schema=GPU_METRICS_SCHEMA)
+
+
+def _read_memory(path: Path) -> pl.DataFrame:
+    return pl.read_csv(path, schema=MEMORY_SCHEMA)
 
 
 def has_kernel_columns(analysis: Analysis) -> bool:
@@ -277,6 +282,16 @@ TABLES: tuple[OutputTable, ...] = (
         _BY_STEP,
         field="gpu_metrics",
         read=_read_gpu_metrics,
+        skip_empty=True,
+    ),
+    OutputTable(
+        "memory_per_phase.csv",
+        "device memory in use per (phase row, GPU): on entry, peak, time-weighted mean",
+        lambda a, _: a.memory,
+        _csv,
+        _BY_STEP,
+        field="memory",
+        read=_read_memory,
         skip_empty=True,
     ),
 )
