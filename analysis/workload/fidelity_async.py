@@ -40,7 +40,8 @@ import polars as pl
 from nvtx_phases.naming import ASYNC_RENAMES, PATH_SEP, VERSION
 
 from ..model import Analysis
-from .fidelity import MIN_SCORED_S, STAGES, same_run_check, stage_accuracy, stage_times
+from .fidelity import STAGES, same_run_check, stage_times
+from .fidelity_scores import MIN_SCORED_S, stage_accuracy
 
 #: marks a trainer record of the fully async trainer (a ``MetricsAggregator`` "last" metric)
 GLOBAL_STEP_KEY = "training/global_step"
