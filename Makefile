@@ -14,7 +14,7 @@ BASE := $(VENV)/.installed-base
 DEV := $(VENV)/.installed-dev
 TEST := $(VENV)/.installed-test
 
-.PHONY: venv demo figures test lint typecheck format profile samples bench gpu-check clean
+.PHONY: venv demo study-demo figures test lint typecheck format profile samples bench gpu-check clean
 
 $(BASE): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,15 @@ demo: $(BASE)
 	$(BIN)/nvtx-phases compare traces_sample/grpo_synthetic.sqlite traces_sample/grpo_synthetic_rm.sqlite \
 		--label rule_reward --label reward_model --out $(OUT)/compare
 	@echo "report: $(OUT)/demo/report.html   figures: $(OUT)/demo/figures/   comparison: $(OUT)/compare/"
+
+## study-demo: a study of the sample runs (reward paradigm × GPU count × policy): table, figures, report
+study-demo: $(BASE)
+	mkdir -p $(OUT)/study_demo/runs
+	$(BIN)/nvtx-phases synth $(OUT)/study_demo/runs/rule_4gpu.sqlite --ranks 4 > /dev/null
+	$(BIN)/nvtx-phases synth $(OUT)/study_demo/runs/rm_4gpu.sqlite --ranks 4 --reward-model > /dev/null
+	sed 's|@SAMPLES@|$(CURDIR)/traces_sample|' traces_sample/study_demo.toml > $(OUT)/study_demo/study.toml
+	$(BIN)/nvtx-phases study $(OUT)/study_demo/study.toml --out $(OUT)/study_demo
+	@echo "report: $(OUT)/study_demo/report.html   table: $(OUT)/study_demo/study.csv"
 
 ## figures: regenerate every figure (and report) from the sample traces
 figures: $(BASE)
