@@ -119,3 +119,38 @@ def test_bad_study_is_one_line(tmp_path):
     result = CliRunner().invoke(app, ["study", str(file), "--out", str(tmp_path / "o")])
     assert result.exit_code != 0
     assert "oops" in result.output and "Traceback" not in result.output
+
+
+def _wall_rows(runs):
+    import polars as pl
+
+    return pl.DataFrame(
+        [
+            {
+                "run": r,
+                "hardware": "h",
+                "n_gpus": n,
+                "path": "step",
+                "attribution": "window",
+                "metric": "wall_ms",
+                "value": t,
+            }
+            for r, n, t in runs
+        ]
+    )
+
+
+def test_parallel_efficiency_per_sample_and_assumed():
+    """Weak scaling (batch doubled with the GPUs, same time) is efficiency 1 per sample; a
+    point without sample counts falls back to the fixed-batch reading, said in ``basis``."""
+    from nvtx_phases.analysis.workload.study import parallel_efficiency
+
+    tidy = _wall_rows([("a", 2, 100.0), ("b", 4, 100.0), ("c", 4, 120.0)])
+    per_sample = parallel_efficiency(tidy, samples={"a": 64.0, "b": 128.0}).sort("n_gpus")
+    assert per_sample["basis"].to_list() == ["per_sample", "per_sample"]
+    # by hand: base 100·2/64; at 4 GPUs only b has a count: 100·4/128
+    assert per_sample["efficiency"].to_list() == pytest.approx([1.0, (200 / 64) / (400 / 128)])
+    assumed = parallel_efficiency(tidy, samples={"a": 64.0}).sort("n_gpus")
+    assert assumed["basis"].to_list() == ["fixed_batch_assumed"] * 2
+    # median time at 4 GPUs is 110 ms: 100·2 / (110·4)
+    assert assumed["efficiency"].to_list() == pytest.approx([1.0, 200 / 440])

@@ -82,7 +82,13 @@ def study_to(file: Path, out: Path, *, reporter: Reporter = QUIET) -> StudyOutpu
         "phase signature per policy": figures.phase_signature(tidy, fig_dir),
         "reward-paradigm cost": figures.reward_cost(tidy, fig_dir),
         "response-length structure": figures.lengths(responses, summary, task_of, fig_dir),
-        "scaling": figures.scaling(tidy, fig_dir),
+        "scaling": figures.scaling(
+            tidy,
+            fig_dir,
+            samples=dict(zip(summary["run"], summary["responses_per_step"], strict=True))
+            if not summary.is_empty()
+            else None,
+        ),
     }
     not_drawn = {q: r for q, r in drawn.items() if isinstance(r, str)}
     pngs = [p for r in drawn.values() if not isinstance(r, str) for p in r]

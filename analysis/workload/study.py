@@ -272,36 +272,84 @@ def phase_shares(tidy: pl.DataFrame, metric: str) -> pl.DataFrame:
     )
 
 
-def parallel_efficiency(tidy: pl.DataFrame, group: str = "hardware") -> pl.DataFrame:
-    """Per ``group`` value, phase and GPU count: step-time scaling against the fewest GPUs.
+def parallel_efficiency(
+    tidy: pl.DataFrame, group: str = "hardware", samples: Mapping[str, float] | None = None
+) -> pl.DataFrame:
+    """Per ``group`` value, phase and GPU count: scaling against the fewest GPUs.
 
-    A point's time T is the median, over the runs at that point, of the phase's median wall
-    time over steps; n is the ``n_gpus`` axis. ``efficiency = T(base) · n_base / (T(n) · n)``,
-    base the fewest GPUs of the group (1 at the base; 1 elsewhere = perfect strong scaling of a
-    fixed batch). Runs without a positive numeric ``n_gpus`` are not in it. Columns: ``group,
-    path, attribution, n_gpus, n_runs, wall_ms, n_base, t_base, efficiency``.
+    A run's cost is its GPU time per sample, ``T · n / S``: T the phase's median wall time over
+    steps, n the ``n_gpus`` axis, S the run's samples (responses) per step from ``samples``. A
+    point's cost is the median over its runs; ``efficiency = cost(base) / cost(n)``, base the
+    fewest GPUs of the group: 1 = the GPUs added did proportionally more work, whether the batch
+    grew with them (weak scaling) or not (strong). Where some run of a group has no sample count,
+    the group's ``basis`` is ``fixed_batch_assumed``: S is taken as equal across its runs, so
+    ``efficiency = T(base) · n_base / (T(n) · n)`` — right only if the batch did not change.
+    Runs without a positive numeric ``n_gpus`` are not in it. Columns: ``group, path,
+    attribution, n_gpus, n_runs, wall_ms, samples_per_step, gpu_ms_per_sample, basis, n_base,
+    efficiency``.
     """
     if "n_gpus" not in tidy.columns:
         return pl.DataFrame()
     keys = [group] if group in tidy.columns else []
     over = [*keys, "path", "attribution"]
-    points = (
+    known = dict(samples or {})
+    runs = (
         tidy.filter((pl.col("metric") == "wall_ms") & pl.col("n_gpus").is_not_null())
         .with_columns(pl.col("n_gpus").cast(pl.Float64, strict=False).alias("n_gpus"))
         .filter(pl.col("n_gpus") > 0)
-        .group_by(*over, "n_gpus")
-        .agg(pl.len().cast(pl.Int64).alias("n_runs"), pl.col("value").median().alias("wall_ms"))
+        .with_columns(
+            pl.col("run")
+            .replace_strict(known, default=None, return_dtype=pl.Float64)
+            .alias("samples_per_step")
+        )
+    )
+    per_run = pl.col("value") * pl.col("n_gpus")
+    points = (
+        runs.group_by(*over, "n_gpus")
+        .agg(
+            pl.len().cast(pl.Int64).alias("n_runs"),
+            pl.col("value").median().alias("wall_ms"),
+            pl.col("samples_per_step").median(),
+            (per_run / pl.col("samples_per_step")).median().alias("per_sample"),
+            per_run.median().alias("assumed"),
+        )
+        .with_columns(
+            pl.when(pl.col("per_sample").is_not_null().all().over(over))
+            .then(pl.lit("per_sample"))
+            .otherwise(pl.lit("fixed_batch_assumed"))
+            .alias("basis")
+        )
+        .with_columns(
+            pl.when(pl.col("basis") == "per_sample")
+            .then(pl.col("per_sample"))
+            .otherwise(pl.col("assumed"))
+            .alias("cost")
+        )
         .sort(*over, "n_gpus")
     )
     base = points.group_by(over, maintain_order=True).agg(
-        pl.col("n_gpus").first().alias("n_base"), pl.col("wall_ms").first().alias("t_base")
+        pl.col("n_gpus").first().alias("n_base"), pl.col("cost").first().alias("cost_base")
     )
     return (
         points.join(base, on=over, how="left")
         .with_columns(
-            pl.when(pl.col("wall_ms") > 0)
-            .then(pl.col("t_base") * pl.col("n_base") / (pl.col("wall_ms") * pl.col("n_gpus")))
-            .alias("efficiency")
+            pl.when(pl.col("basis") == "per_sample")
+            .then(pl.col("cost"))
+            .alias("gpu_ms_per_sample"),
+            pl.when(pl.col("cost") > 0)
+            .then(pl.col("cost_base") / pl.col("cost"))
+            .alias("efficiency"),
+        )
+        .select(
+            *over,
+            "n_gpus",
+            "n_runs",
+            "wall_ms",
+            "samples_per_step",
+            "gpu_ms_per_sample",
+            "basis",
+            "n_base",
+            "efficiency",
         )
         .sort(*over, "n_gpus")
     )

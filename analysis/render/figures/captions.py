@@ -132,14 +132,18 @@ STUDY_CAPTIONS: dict[str, str] = {
     ),
     "study_reward_cost": (
         "Reward-paradigm cost: the reward phase's median time, energy, data movement (memcpy "
-        "volume) and average GPU power over steps, one bar per run, coloured by the reward "
-        "axis. For a reward computed on the CPU the power is what the GPUs draw while idle."
+        "volume) and power (its energy / wall time, all the run's GPUs together) over steps, one "
+        "bar per run, coloured by the reward axis. For a reward computed on the CPU the power is "
+        "what the GPUs draw while idle."
     ),
     "study_scaling": (
         "Scaling: median step time against the GPU count (left, one line per hardware) and each "
-        "phase's parallel efficiency T(base)·n_base / (T(n)·n) (right), base the fewest GPUs of "
-        "that hardware: 1 is perfect strong scaling of a fixed batch, below 1 the phase gains "
-        "less than the GPUs added. Where several runs share a point, their median."
+        "phase's parallel efficiency (right): GPU time per sample T·n/S at the fewest GPUs of "
+        "that hardware over that at n (S: responses per step from the length records; 1 = the "
+        "GPUs added did proportionally more work, with the batch grown or not; below 1 the phase "
+        "gains less than the GPUs added). Without sample counts at some point, S is assumed "
+        "equal (fixed batch: T(base)·n_base / (T(n)·n)) and the axis and study_scaling.csv "
+        "(basis) say so. Where several runs share a point, their median."
     ),
     "study_lengths": (
         "Task → response-length structure: the empirical CDF of response lengths per task "

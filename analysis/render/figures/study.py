@@ -6,6 +6,7 @@ value, no power samples, no ``n_gpus``), which the report and the terminal print
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import polars as pl
@@ -23,7 +24,7 @@ REWARD_METRICS = (
     ("wall_ms", "time (ms)"),
     ("energy_j", "energy (J)"),
     ("memcpy_mb", "data moved (MB)"),
-    ("avg_power_w", "GPU power (W)"),
+    ("avg_power_w", "power, all GPUs (W)"),
 )
 
 
@@ -122,11 +123,19 @@ def reward_cost(tidy: pl.DataFrame, out: Path, axis: str = "reward") -> list[Pat
     return save_figure(fig, out, "study_reward_cost", data=data)
 
 
-def scaling(tidy: pl.DataFrame, out: Path, group: str = "hardware") -> list[Path] | str:
-    """Step time and parallel efficiency per phase against ``n_gpus``, one line per group."""
+def scaling(
+    tidy: pl.DataFrame,
+    out: Path,
+    group: str = "hardware",
+    samples: Mapping[str, float] | None = None,
+) -> list[Path] | str:
+    """Step time and parallel efficiency per phase against ``n_gpus``, one line per group.
+
+    ``samples``: samples per step of each run (see :func:`parallel_efficiency`).
+    """
     if "n_gpus" not in tidy.columns or tidy["n_gpus"].drop_nulls().n_unique() < 2:
         return "the n_gpus axis has fewer than two values: no scaling figure"
-    eff = parallel_efficiency(_window(tidy), group)
+    eff = parallel_efficiency(_window(tidy), group, samples)
     if eff.is_empty():
         return "no run has an n_gpus value"
     keys = [group] if group in eff.columns else []
@@ -156,7 +165,12 @@ def scaling(tidy: pl.DataFrame, out: Path, group: str = "hardware") -> list[Path
         )
     right.axhline(1.0, color="grey", lw=0.8, ls="--")
     right.set_xlabel("GPUs")
-    right.set_ylabel("parallel efficiency T(base)·n_base / (T(n)·n)")
+    per_sample = bool((eff["basis"] == "per_sample").all())
+    right.set_ylabel(
+        "parallel efficiency: GPU time per sample, base / n"
+        if per_sample
+        else "parallel efficiency T(base)·n_base / (T(n)·n), fixed batch assumed"
+    )
     right.legend(fontsize=7)
     fig.suptitle("Scaling with GPU count (median over runs of a point)")
     fig.tight_layout()
