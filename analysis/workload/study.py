@@ -277,16 +277,14 @@ def parallel_efficiency(
 ) -> pl.DataFrame:
     """Per ``group`` value, phase and GPU count: scaling against the fewest GPUs.
 
-    A run's cost is its GPU time per sample, ``T · n / S``: T the phase's median wall time over
-    steps, n the ``n_gpus`` axis, S the run's samples (responses) per step from ``samples``. A
-    point's cost is the median over its runs; ``efficiency = cost(base) / cost(n)``, base the
-    fewest GPUs of the group: 1 = the GPUs added did proportionally more work, whether the batch
-    grew with them (weak scaling) or not (strong). Where some run of a group has no sample count,
-    the group's ``basis`` is ``fixed_batch_assumed``: S is taken as equal across its runs, so
-    ``efficiency = T(base) · n_base / (T(n) · n)`` — right only if the batch did not change.
-    Runs without a positive numeric ``n_gpus`` are not in it. Columns: ``group, path,
-    attribution, n_gpus, n_runs, wall_ms, samples_per_step, gpu_ms_per_sample, basis, n_base,
-    efficiency``.
+    A run's cost is its GPU time per sample ``T · n / S`` (T: the phase's median wall time over
+    steps, n: the ``n_gpus`` axis, S: its samples per step from ``samples``); a point's cost is
+    the median over its runs with an S. ``efficiency = cost(base) / cost(n)``, base the fewest
+    GPUs of the group: 1 = the GPUs added did proportionally more work, batch grown or not.
+    Where a point of a group has no run with an S, the group's ``basis`` is
+    ``fixed_batch_assumed``: S equal across its runs, ``T(base) · n_base / (T(n) · n)``. Runs
+    without a positive numeric ``n_gpus`` are left out. Columns: ``group, path, attribution,
+    n_gpus, n_runs, wall_ms, samples_per_step, gpu_ms_per_sample, basis, n_base, efficiency``.
     """
     if "n_gpus" not in tidy.columns:
         return pl.DataFrame()
