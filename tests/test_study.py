@@ -154,3 +154,34 @@ def test_parallel_efficiency_per_sample_and_assumed():
     assert assumed["basis"].to_list() == ["fixed_batch_assumed"] * 2
     # median time at 4 GPUs is 110 ms: 100·2 / (110·4)
     assert assumed["efficiency"].to_list() == pytest.approx([1.0, 200 / 440])
+
+
+def test_power_key_applies_the_samples_and_verl_log_is_refused(tmp_path):
+    """A trace moved away from its power samples gets them back with ``power =``; a key the
+    study cannot use (``verl_log``) is refused by name, never accepted and ignored."""
+    import shutil
+
+    copy = tmp_path / "moved.sqlite"
+    shutil.copy(RULE, copy)
+    power = SAMPLES / "grpo_synthetic.power.parquet"
+    axes = 'reward = "rule", n_gpus = 2'
+    file = _toml(
+        tmp_path,
+        _run("bare", copy, axes)
+        + _run("powered", copy, axes)
+        + f'power = "{power}"\n'
+        + _run("orig", RULE, axes),
+    )
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["study", str(file), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    energy = {
+        r["run"]: r["value"]
+        for r in csv.DictReader((out / "study.csv").open(encoding="utf-8"))
+        if r["metric"] == "energy_j" and r["path"] == "step" and r["attribution"] == "window"
+    }
+    assert energy["bare"] == ""  # no samples beside the moved copy: empty, not 0
+    assert energy["powered"] == energy["orig"] != ""
+    bad = _toml(tmp_path, _run("x", RULE, axes) + 'verl_log = "log.txt"\n')
+    result = CliRunner().invoke(app, ["study", str(bad), "--out", str(out)])
+    assert result.exit_code == 2 and "verl_log" in result.output

@@ -39,7 +39,12 @@ def study_to(file: Path, out: Path, *, reporter: Reporter = QUIET) -> StudyOutpu
         for run in study.runs:
             try:
                 analyses[run.label] = stack.enter_context(
-                    open_run(list(run.paths), label=run.label, reporter=reporter)
+                    open_run(
+                        list(run.paths),
+                        label=run.label,
+                        reporter=reporter,
+                        **({"power_files": (run.power,)} if run.power is not None else {}),
+                    )
                 )
             except AnalysisError as exc:
                 unreadable[run.label] = one_line(str(exc))

@@ -1,7 +1,7 @@
 """Studies: labelled runs with axes (policy, reward, task, hardware, n_gpus, …) in one tidy table.
 
 A study file (TOML) lists runs; each ``[[run]]`` has ``path`` (or ``paths``), ``label`` and an
-``axes`` table, optionally ``lengths``, ``power`` and ``verl_log``. Relative paths resolve against
+``axes`` table, optionally ``lengths`` and ``power``. Relative paths resolve against
 the file's folder; nothing in the file is executed. :func:`parse_study` checks it (unknown keys,
 missing paths, duplicate labels: one :class:`~analysis.errors.WorkloadInputError` line).
 
@@ -32,7 +32,7 @@ from .compare import KEYS, run_metrics
 #: the axes every study names (a run may add its own)
 KNOWN_AXES = ("policy", "reward", "task", "hardware", "n_gpus")
 #: the keys a ``[[run]]`` may have
-RUN_KEYS = frozenset({"path", "paths", "label", "axes", "lengths", "power", "verl_log"})
+RUN_KEYS = frozenset({"path", "paths", "label", "axes", "lengths", "power"})
 #: the top-level keys of a study file
 TOP_KEYS = frozenset({"title", "run"})
 
@@ -82,7 +82,6 @@ class StudyRun:
     axes: dict[str, str | int | float | bool]
     lengths: Path | None = None
     power: Path | None = None
-    verl_log: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -145,9 +144,7 @@ def parse_study(file: Path) -> Study:
         ):
             raise WorkloadInputError(f"{where}: axes must be a table of plain values")
         optional = {
-            k: _path(base, entry[k], f"{where} {k}")
-            for k in ("lengths", "power", "verl_log")
-            if k in entry
+            k: _path(base, entry[k], f"{where} {k}") for k in ("lengths", "power") if k in entry
         }
         runs.append(
             StudyRun(
