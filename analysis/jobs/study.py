@@ -5,6 +5,7 @@ from __future__ import annotations
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .common import QUIET, Reporter
 from .lengths_dir import find_lengths
@@ -37,13 +38,14 @@ def study_to(file: Path, out: Path, *, reporter: Reporter = QUIET) -> StudyOutpu
     with ExitStack() as stack:
         analyses: dict[str, Analysis] = {}
         for run in study.runs:
+            power: dict[str, Any] = {} if run.power is None else {"power_files": (run.power,)}
             try:
                 analyses[run.label] = stack.enter_context(
                     open_run(
                         list(run.paths),
                         label=run.label,
                         reporter=reporter,
-                        **({"power_files": (run.power,)} if run.power is not None else {}),
+                        **power,
                     )
                 )
             except AnalysisError as exc:
