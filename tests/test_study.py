@@ -185,3 +185,18 @@ def test_power_key_applies_the_samples_and_verl_log_is_refused(tmp_path):
     bad = _toml(tmp_path, _run("x", RULE, axes) + 'verl_log = "log.txt"\n')
     result = CliRunner().invoke(app, ["study", str(bad), "--out", str(out)])
     assert result.exit_code == 2 and "verl_log" in result.output
+
+
+def test_a_cpu_run_has_wall_times_and_no_gpu_figures(tmp_path):
+    """The CPU capture (no GPU in it) reads empty GPU figures in the study, never 0."""
+    file = _toml(tmp_path, _run("rule", RULE, "n_gpus = 2") + _run("cpu", CPU, "n_gpus = 1"))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["study", str(file), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    cpu = [
+        r
+        for r in csv.DictReader((out / "study.csv").open(encoding="utf-8"))
+        if r["run"] == "cpu" and r["path"] == "step/reward"
+    ]
+    assert cpu and all(r["value"] != "" for r in cpu if r["metric"] == "wall_ms")
+    assert all(r["value"] == "" for r in cpu if r["metric"] != "wall_ms")
