@@ -143,7 +143,7 @@ def _wall_rows(runs):
 def test_parallel_efficiency_per_sample_and_assumed():
     """Weak scaling (batch doubled with the GPUs, same time) is efficiency 1 per sample; a
     point without sample counts falls back to the fixed-batch reading, said in ``basis``."""
-    from nvtx_phases.analysis.workload.study import parallel_efficiency
+    from nvtx_phases.analysis.workload.study_views import parallel_efficiency
 
     tidy = _wall_rows([("a", 2, 100.0), ("b", 4, 100.0), ("c", 4, 120.0)])
     per_sample = parallel_efficiency(tidy, samples={"a": 64.0, "b": 128.0}).sort("n_gpus")
@@ -199,4 +199,6 @@ def test_a_cpu_run_has_wall_times_and_no_gpu_figures(tmp_path):
         if r["run"] == "cpu" and r["path"] == "step/reward"
     ]
     assert cpu and all(r["value"] != "" for r in cpu if r["metric"] == "wall_ms")
-    assert all(r["value"] == "" for r in cpu if r["metric"] != "wall_ms")
+    timed = {"wall_ms", "time_share_pct"}  # time is known on a CPU; nothing of GPUs
+    assert all(r["value"] != "" for r in cpu if r["metric"] in timed)
+    assert all(r["value"] == "" for r in cpu if r["metric"] not in timed)

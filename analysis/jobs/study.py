@@ -5,11 +5,15 @@ from __future__ import annotations
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .common import QUIET, Reporter
 from .lengths_dir import find_lengths
 from .run import open_run
+
+if TYPE_CHECKING:
+    from ..model import Analysis
+    from ..workload.study import StudyRun
 
 
 @dataclass(frozen=True)
@@ -22,32 +26,30 @@ class StudyOutputs:
     n_rows: int
 
 
+def _open(run: StudyRun, reporter: Reporter) -> Analysis:
+    """One study run's analysis, with its ``power`` file when the study gives one."""
+    power: dict[str, Any] = {} if run.power is None else {"power_files": (run.power,)}
+    return open_run(list(run.paths), label=run.label, reporter=reporter, **power)
+
+
 def study_to(file: Path, out: Path, *, reporter: Reporter = QUIET) -> StudyOutputs:
     """Parse ``file`` (:func:`analysis.workload.study.parse_study`), load its runs, write all."""
     import polars as pl
 
     from ..errors import AnalysisError, one_line
-    from ..model import Analysis
     from ..render.figures import study as figures
     from ..render.report.study import write_study_report
     from ..workload.lengths import read_packed_lengths
-    from ..workload.study import STUDY_METRICS, length_summary, parse_study, tidy_table
+    from ..workload.study import STUDY_METRICS, parse_study, tidy_table
+    from ..workload.study_views import length_summary
 
     study = parse_study(file)
     unreadable: dict[str, str] = {}
     with ExitStack() as stack:
         analyses: dict[str, Analysis] = {}
         for run in study.runs:
-            power: dict[str, Any] = {} if run.power is None else {"power_files": (run.power,)}
             try:
-                analyses[run.label] = stack.enter_context(
-                    open_run(
-                        list(run.paths),
-                        label=run.label,
-                        reporter=reporter,
-                        **power,
-                    )
-                )
+                analyses[run.label] = stack.enter_context(_open(run, reporter))
             except AnalysisError as exc:
                 unreadable[run.label] = one_line(str(exc))
         reporter.stage("writing the study table")

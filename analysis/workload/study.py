@@ -24,9 +24,12 @@ from pathlib import Path
 import polars as pl
 import tomllib
 
+from nvtx_phases.naming import PATH_SEP, STEP
+
+from ..aggregate.shares import share_over_steps, step_shares
 from ..aggregate.steps import STEP_METRICS, over_steps
 from ..errors import WorkloadInputError
-from ..model import Analysis
+from ..model import WINDOW, Analysis
 from .compare import KEYS, run_metrics
 
 #: the axes every study names (a run may add its own)
@@ -52,9 +55,21 @@ class StudyMetric:
 #: steps of :data:`analysis.aggregate.steps.STEP_METRICS` (compare's definitions). To add e.g.
 #: tokens per joule: ``StudyMetric("tokens_per_j", "tok/J", "…", "tokens_energy", "tokens_per_j")``
 #: plus a ``SOURCES["tokens_energy"]`` loader returning ``path, attribution, <column>``.
-STUDY_METRICS: tuple[StudyMetric, ...] = tuple(
-    StudyMetric(name, unit, f"{text}, median over steps", "phase_steps", name)
-    for name, (text, unit) in STEP_METRICS.items()
+STUDY_METRICS: tuple[StudyMetric, ...] = (
+    *(
+        StudyMetric(name, unit, f"{text}, median over steps", "phase_steps", name)
+        for name, (text, unit) in STEP_METRICS.items()
+    ),
+    *(
+        StudyMetric(
+            f"{what}_share_pct",
+            "%",
+            f"the phase's {what} / its step's {what} × 100, median over steps",
+            "step_shares",
+            f"{what}_share_pct",
+        )
+        for what in ("time", "energy")
+    ),
 )
 
 #: per source table, how to read ``path, attribution, n_steps`` + its metric columns from a run
@@ -79,7 +94,25 @@ def _phase_steps(label: str, analysis: Analysis) -> pl.DataFrame:
     return wide
 
 
-SOURCES: dict[str, Source] = {"phase_steps": _phase_steps}
+def _step_shares(label: str, analysis: Analysis) -> pl.DataFrame:
+    """The median over steps of each direct phase's share of its step (time and energy, %).
+
+    :func:`analysis.aggregate.shares.step_shares` then ``share_over_steps``: the one definition
+    of a share; rows under the attribution of the run's ``step`` rows.
+    """
+    phases = analysis.phases
+    over = share_over_steps(step_shares(phases))
+    steps = phases.filter(pl.col("path") == STEP)["attribution"].unique().sort()
+    return over.select(
+        (pl.lit(STEP + PATH_SEP) + pl.col("canonical")).alias("path"),
+        pl.lit(steps[0] if steps.len() else WINDOW).alias("attribution"),
+        "n_steps",
+        pl.col("time_share_median").alias("time_share_pct"),
+        pl.col("energy_share_median").alias("energy_share_pct"),
+    )
+
+
+SOURCES: dict[str, Source] = {"phase_steps": _phase_steps, "step_shares": _step_shares}
 
 
 @dataclass(frozen=True)
@@ -248,148 +281,3 @@ def tidy_table(
                 )
             )
     return pl.concat(rows), left
-
-
-def _depth1(tidy: pl.DataFrame) -> pl.DataFrame:
-    """The step's direct phases (``step/X``, window scheme first where a run has both)."""
-    return tidy.filter(pl.col("path").str.count_matches("/") == 1)
-
-
-def phase_shares(tidy: pl.DataFrame, metric: str) -> pl.DataFrame:
-    """``run, path, attribution, value, step_value, share_pct`` for the step's direct phases.
-
-    ``share_pct = median phase value / median step value × 100`` (both from the tidy table, so
-    the shares of phases that overlap or leave gaps need not sum to 100). Null where the run has
-    no step value or it is 0 (e.g. no power samples: no energy).
-    """
-    rows = tidy.filter(pl.col("metric") == metric)
-    step = rows.filter(pl.col("path") == "step").select(
-        "run", "attribution", pl.col("value").alias("step_value")
-    )
-    return (
-        _depth1(rows)
-        .join(step, on=["run", "attribution"], how="left")
-        .with_columns(
-            pl.when(pl.col("step_value") > 0)
-            .then(pl.col("value") / pl.col("step_value") * 100)
-            .alias("share_pct")
-        )
-        .select("run", "path", "attribution", "value", "step_value", "share_pct")
-    )
-
-
-def parallel_efficiency(
-    tidy: pl.DataFrame, group: str = "hardware", samples: Mapping[str, float] | None = None
-) -> pl.DataFrame:
-    """Per ``group`` value, phase and GPU count: scaling against the fewest GPUs.
-
-    A run's cost is its GPU time per sample ``T · n / S`` (T: the phase's median wall time over
-    steps, n: the ``n_gpus`` axis, S: its samples per step from ``samples``); a point's cost is
-    the median over its runs with an S. ``efficiency = cost(base) / cost(n)``, base the fewest
-    GPUs of the group: 1 = the GPUs added did proportionally more work, batch grown or not.
-    Where a point of a group has no run with an S, the group's ``basis`` is
-    ``fixed_batch_assumed``: S equal across its runs, ``T(base) · n_base / (T(n) · n)``. Runs
-    without a positive numeric ``n_gpus`` are left out. Columns: ``group, path, attribution,
-    n_gpus, n_runs, wall_ms, samples_per_step, gpu_ms_per_sample, basis, n_base, efficiency``.
-    """
-    if "n_gpus" not in tidy.columns:
-        return pl.DataFrame()
-    keys = [group] if group in tidy.columns else []
-    over = [*keys, "path", "attribution"]
-    known = dict(samples or {})
-    runs = (
-        tidy.filter((pl.col("metric") == "wall_ms") & pl.col("n_gpus").is_not_null())
-        .with_columns(pl.col("n_gpus").cast(pl.Float64, strict=False).alias("n_gpus"))
-        .filter(pl.col("n_gpus") > 0)
-        .with_columns(
-            pl.col("run")
-            .replace_strict(known, default=None, return_dtype=pl.Float64)
-            .alias("samples_per_step")
-        )
-    )
-    per_run = pl.col("value") * pl.col("n_gpus")
-    points = (
-        runs.group_by(*over, "n_gpus")
-        .agg(
-            pl.len().cast(pl.Int64).alias("n_runs"),
-            pl.col("value").median().alias("wall_ms"),
-            pl.col("samples_per_step").median(),
-            (per_run / pl.col("samples_per_step")).median().alias("per_sample"),
-            per_run.median().alias("assumed"),
-        )
-        .with_columns(
-            pl.when(pl.col("per_sample").is_not_null().all().over(over))
-            .then(pl.lit("per_sample"))
-            .otherwise(pl.lit("fixed_batch_assumed"))
-            .alias("basis")
-        )
-        .with_columns(
-            pl.when(pl.col("basis") == "per_sample")
-            .then(pl.col("per_sample"))
-            .otherwise(pl.col("assumed"))
-            .alias("cost")
-        )
-        .sort(*over, "n_gpus")
-    )
-    base = points.group_by(over, maintain_order=True).agg(
-        pl.col("n_gpus").first().alias("n_base"), pl.col("cost").first().alias("cost_base")
-    )
-    return (
-        points.join(base, on=over, how="left")
-        .with_columns(
-            pl.when(pl.col("basis") == "per_sample")
-            .then(pl.col("cost"))
-            .alias("gpu_ms_per_sample"),
-            pl.when(pl.col("cost") > 0)
-            .then(pl.col("cost_base") / pl.col("cost"))
-            .alias("efficiency"),
-        )
-        .select(
-            *over,
-            "n_gpus",
-            "n_runs",
-            "wall_ms",
-            "samples_per_step",
-            "gpu_ms_per_sample",
-            "basis",
-            "n_base",
-            "efficiency",
-        )
-        .sort(*over, "n_gpus")
-    )
-
-
-def length_summary(responses: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
-    """Per run: median over steps of responses per step, max/mean length and DP-rank imbalance.
-
-    ``max_over_mean`` and ``rank_imbalance`` (tokens per DP rank, max/mean) are
-    :func:`analysis.workload.lengths.length_stats` and :func:`~analysis.workload.lengths.
-    rank_imbalance` per step, then the median over steps. Validation rollouts are left out.
-    """
-    from .lengths import length_stats, rank_imbalance
-
-    rows = []
-    for label, frame in responses.items():
-        stats = length_stats(frame)
-        imbalance = rank_imbalance(frame)
-        rows.append(
-            {
-                "run": label,
-                "n_steps": stats.height,
-                "responses_per_step": stats["n_responses"].cast(pl.Float64).median(),
-                "mean_len": stats["mean"].median(),
-                "max_over_mean": stats["max_over_mean"].median(),
-                "rank_imbalance": imbalance["tokens_max_over_mean"].median(),
-            }
-        )
-    return pl.DataFrame(
-        rows,
-        schema={
-            "run": pl.String,
-            "n_steps": pl.Int64,
-            "responses_per_step": pl.Float64,
-            "mean_len": pl.Float64,
-            "max_over_mean": pl.Float64,
-            "rank_imbalance": pl.Float64,
-        },
-    )

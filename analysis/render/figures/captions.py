@@ -125,9 +125,9 @@ VERL_LOGS_CAPTIONS: dict[str, str] = {
 STUDY_CAPTIONS: dict[str, str] = {
     "study_phase_signature": (
         "Phase signature: each of the step's direct phases' share of the step's time (left) and "
-        "energy (right), one bar per run, runs grouped by the policy axis. Share = the phase's "
-        "median over steps / the step's median over steps × 100 (driver window phases); phases "
-        "that overlap or leave gaps make a bar differ from 100%. A run without power samples has "
+        "energy (right), one bar per run, runs grouped by the policy axis. Share: the median over steps "
+        "of the phase's time (energy) / its step's × 100, as in every other share figure; "
+        "phases that overlap or leave gaps make a bar differ from 100%. A run without power samples has "
         "no energy bar."
     ),
     "study_reward_cost": (

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
-from ...workload.study import parallel_efficiency, phase_shares
+from ...workload.study_views import parallel_efficiency, phase_shares
 from .compare import RUN_COLORS
 from .phases import plt, save_figure
 
@@ -39,8 +39,8 @@ def phase_signature(tidy: pl.DataFrame, out: Path, axis: str = "policy") -> list
     """Stacked share of step time and of step energy per phase, one bar per run, by ``axis``."""
     rows = _window(tidy)
     panels = []
-    for metric, name in (("wall_ms", "time"), ("energy_j", "energy")):
-        shares = phase_shares(rows, metric).filter(pl.col("share_pct").is_not_null())
+    for name in ("time", "energy"):
+        shares = phase_shares(rows, name).filter(pl.col("share_pct").is_not_null())
         if not shares.is_empty():
             panels.append((name, shares))
     if not panels:
