@@ -14,7 +14,7 @@ BASE := $(VENV)/.installed-base
 DEV := $(VENV)/.installed-dev
 TEST := $(VENV)/.installed-test
 
-.PHONY: venv demo figures test lint typecheck format profile samples bench gpu-check clean
+.PHONY: venv demo study-demo figures test lint typecheck format profile samples bench gpu-check clean
 
 $(BASE): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,15 @@ demo: $(BASE)
 	$(BIN)/nvtx-phases compare traces_sample/grpo_synthetic.sqlite traces_sample/grpo_synthetic_rm.sqlite \
 		--label rule_reward --label reward_model --out $(OUT)/compare
 	@echo "report: $(OUT)/demo/report.html   figures: $(OUT)/demo/figures/   comparison: $(OUT)/compare/"
+
+## study-demo: a study of the sample runs (reward paradigm × GPU count × policy): table, figures, report
+study-demo: $(BASE)
+	mkdir -p $(OUT)/study_demo/runs
+	$(BIN)/nvtx-phases synth $(OUT)/study_demo/runs/rule_4gpu.sqlite --ranks 4 > /dev/null
+	$(BIN)/nvtx-phases synth $(OUT)/study_demo/runs/rm_4gpu.sqlite --ranks 4 --reward-model > /dev/null
+	sed 's|@SAMPLES@|$(CURDIR)/traces_sample|' traces_sample/study_demo.toml > $(OUT)/study_demo/study.toml
+	$(BIN)/nvtx-phases study $(OUT)/study_demo/study.toml --out $(OUT)/study_demo
+	@echo "report: $(OUT)/study_demo/report.html   table: $(OUT)/study_demo/study.csv"
 
 ## figures: regenerate every figure (and report) from the sample traces
 figures: $(BASE)
@@ -121,9 +130,16 @@ report-shots: demo
 ##               nvtx_phases.verl.install in each; then analyze, fidelity against VeRL's own timers
 ##               and report. Its own venv (.venv-verl, ~4 GB, pinned by checks/verl_run/requirements.lock);
 ##               ~6 min and ~12 GB of memory at peak; needs nsys (Debian's 2022.4 works) on PATH.
+##               VERL_MODE=fully_async: VeRL's fully async trainer and rollouter on separate (logical
+##               GPU) pools, VERL_STEPS trainer steps (default 6: 3 parameter syncs, one validation;
+##               ~3 min, ~11 GB), out to out/verl_fully_async/.
 VERL_VENV ?= .venv-verl
-VERL_OUT ?= $(OUT)/verl
-VERL_STEPS ?= 2
+VERL_MODE ?= sync
+VERL_OUT ?= $(if $(filter sync,$(VERL_MODE)),$(OUT)/verl,$(OUT)/verl_$(VERL_MODE))
+# the model, tokenizer and prompts: the sync run's (in its VERL_OUT, as before), shared by the modes
+VERL_ASSETS ?= $(if $(filter sync,$(VERL_MODE)),$(VERL_OUT)/assets,$(OUT)/verl/assets)
+VERL_STEPS ?= $(if $(filter fully_async,$(VERL_MODE)),6,2)
+VERL_REPORT := $(if $(filter sync,$(VERL_MODE)),verl_grpo,$(if $(filter fully_async,$(VERL_MODE)),verl_async,verl_one_step_off))
 VERL_LOCK := checks/verl_run/requirements.lock
 VERL_PIP := $(VERL_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c $(VERL_LOCK)
 .PHONY: profile-verl
@@ -137,8 +153,9 @@ $(VERL_VENV)/.installed: $(VERL_LOCK) checks/verl_run/requirements.txt
 	touch $@
 
 profile-verl: $(VERL_VENV)/.installed $(BASE)
-	$(VERL_VENV)/bin/python -m checks.verl_run.run --assets $(VERL_OUT)/assets --out $(VERL_OUT) --steps $(VERL_STEPS)
-	$(BIN)/nvtx-phases analyze $(VERL_OUT)/verl_grpo.sqlite --out $(VERL_OUT)/analysis --max-rows 60
+	$(VERL_VENV)/bin/python -m checks.verl_run.run --assets $(VERL_ASSETS) --out $(VERL_OUT) \
+		--steps $(VERL_STEPS) --mode $(VERL_MODE)
+	$(BIN)/nvtx-phases analyze $(VERL_OUT)/$(VERL_REPORT).sqlite --out $(VERL_OUT)/analysis --max-rows 60
 	$(BIN)/nvtx-phases fidelity $(VERL_OUT)/analysis --log $(VERL_OUT)/verl_console.log --out $(VERL_OUT)/fidelity
 	$(BIN)/nvtx-phases report $(VERL_OUT)/analysis --out $(VERL_OUT)/analysis
-	@echo "trace: $(VERL_OUT)/verl_grpo.nsys-rep  phases: $(VERL_OUT)/analysis/  fidelity: $(VERL_OUT)/fidelity/summary.md"
+	@echo "trace: $(VERL_OUT)/$(VERL_REPORT).nsys-rep  phases: $(VERL_OUT)/analysis/  fidelity: $(VERL_OUT)/fidelity/summary.md"

@@ -273,3 +273,62 @@ def window_at(
         .to_series()
         .alias(value)
     )
+
+
+# --- coverage by disjoint blocks -------------------------------------------------------------
+
+
+def covered_length(
+    blocks: pl.DataFrame,
+    queries: pl.DataFrame,
+    by: Sequence[str],
+    *,
+    start: str = "start_ns",
+    end: str = "end_ns",
+) -> pl.Series:
+    """Per query interval ``[start, end)``, its length covered by the ``blocks`` of its group.
+
+    ``blocks``: disjoint intervals per group (``by, start, end``; :func:`union_blocks` gives
+    them). With ``C(t)`` the blocks' length before instant ``t`` (the cumulative length of the
+    earlier blocks plus the part of the block holding ``t``, found by an as-of join on the
+    blocks' starts), a query covers ``C(end) − C(start)``: exact, without pairing queries and
+    blocks. Returned in the order of ``queries``; 0 where the group has no block.
+    """
+    keys = list(by)
+    lengths = (pl.col("_b_end") - pl.col("_b_start")).alias("_len")
+    table = (
+        blocks.select(*keys, pl.col(start).alias("_b_start"), pl.col(end).alias("_b_end"))
+        .sort(*keys, "_b_start")
+        .with_columns(lengths)
+        .with_columns((pl.col("_len").cum_sum() - pl.col("_len")).over(keys).alias("_before"))
+        .sort("_b_start")
+    )
+
+    def cumulative(at: str) -> pl.Series:
+        instants = (
+            queries.select(*keys, pl.col(at).alias("_t"))
+            .with_row_index("_q")
+            .sort("_t")
+            .join_asof(
+                table,
+                left_on="_t",
+                right_on="_b_start",
+                by=keys,
+                strategy="backward",
+                check_sortedness=False,
+            )
+            .with_columns(
+                (
+                    pl.col("_before")
+                    + (pl.col("_t") - pl.col("_b_start"))
+                    .clip(lower_bound=0)
+                    .clip(upper_bound=pl.col("_len"))
+                )
+                .fill_null(0)
+                .alias("_c")
+            )
+            .sort("_q")
+        )
+        return instants["_c"]
+
+    return (cumulative(end) - cumulative(start)).cast(pl.Int64).alias("covered_ns")

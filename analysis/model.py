@@ -309,6 +309,9 @@ class Analysis:
     #: nsys GPU metrics per (phase row, GPU, metric): ``n_samples, mean, p95, min, max``; None
     #: when no export holds GPU metrics (:mod:`analysis.aggregate.gpu_metrics`).
     gpu_metrics: pl.DataFrame | None = None
+    #: Device memory in use per (phase row, GPU): ``entry_bytes, peak_bytes, mean_bytes``; None
+    #: when no file holds memory events (:mod:`analysis.aggregate.memory`).
+    memory: pl.DataFrame | None = None
     #: One row per GPU pool (``pool, source, n_devices, devices, processes, total_gpu_ns,
     #: attributed_gpu_ns, unattributed_gpu_ns, gpu_time_conserved``); None for a run without
     #: pools (one pool of every GPU: :mod:`analysis.attribute.pools`).

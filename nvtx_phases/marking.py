@@ -211,3 +211,54 @@ def nvtx_attributes(name: str, step_index: int | None, domain: str) -> dict[str,
 def step(index: int, *, domain: str = DOMAIN) -> phase:
     """The range of training step ``index``; phases opened inside inherit the index."""
     return phase(STEP, step=index, domain=domain)
+
+
+class Span:
+    """A start/end range opened by one call and closed by another (a state machine's, not a block's).
+
+    For a range whose start and end are events of a long-running coroutine (a pause begins in
+    one method, ends in another), where ``with phase(...)`` cannot be used: its context
+    variable would be reset in another context. ``parent`` only names the JSON-lines path.
+    Ending twice is a no-op.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        step: int | None = None,
+        domain: str = DOMAIN,
+        parent: Span | None = None,
+    ) -> None:
+        self.name = name
+        self.step = step
+        self.domain = domain
+        self.path: str = PATH_SEP.join([parent.path, name]) if parent is not None else name
+        self._handle: Any = nvtx.start_range(name, **nvtx_attributes(name, step, domain))
+        self._start_mono = time.monotonic_ns()
+        self._start_wall = time.time_ns()
+        self.open = True
+
+    def end(self) -> None:
+        """Close the range (and record it, when recording)."""
+        if not self.open:
+            return
+        self.open = False
+        end_mono = time.monotonic_ns()
+        nvtx.end_range(self._handle)
+        recorder = _active_recorder()
+        if recorder is not None:
+            recorder.write(
+                {
+                    "name": self.name,
+                    "path": self.path,
+                    "step": self.step,
+                    "domain": self.domain,
+                    "pid": os.getpid(),
+                    "tid": threading.get_native_id(),
+                    "start_mono_ns": self._start_mono,
+                    "end_mono_ns": end_mono,
+                    "start_wall_ns": self._start_wall,
+                    "dur_ns": end_mono - self._start_mono,
+                }
+            )

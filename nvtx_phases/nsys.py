@@ -109,6 +109,8 @@ class ProfileOptions:
     cpu_sampling: bool = False
     gpu_metrics: bool = True
     cuda_graph_trace: str = "node"
+    #: ``--cuda-memory-usage=true``: CUDA allocations and frees (memory per phase)
+    cuda_memory_usage: bool = True
     extra_args: tuple[str, ...] = ()
 
 
@@ -125,6 +127,11 @@ def profile_args(
     args = [nsys.path, "profile", f"--trace={','.join(traces) or 'none'}"]
     if "cuda" in traces and options.cuda_graph_trace and nsys.supports("--cuda-graph-trace"):
         args.append(f"--cuda-graph-trace={options.cuda_graph_trace}")
+    if "cuda" in traces and options.cuda_memory_usage:
+        if nsys.supports("--cuda-memory-usage"):
+            args.append("--cuda-memory-usage=true")
+        else:
+            notes.append(f"nsys {nsys.version} has no --cuda-memory-usage: no memory per phase")
     if not options.cpu_sampling:
         # also what keeps Debian's 2022.4 agent from hanging after the workload exits
         args += ["--sample=none", "--cpuctxsw=none"]
@@ -341,6 +348,7 @@ def verl_overrides(save_path: str, steps: Sequence[int] = (1, 2, 3)) -> list[str
         f"{nsys_opts}.discrete=False",
         f"{nsys_opts}.worker_nsight_options.trace=cuda,nvtx,osrt,cublas",
         f"{nsys_opts}.worker_nsight_options.cuda-graph-trace=node",
+        f"{nsys_opts}.worker_nsight_options.cuda-memory-usage=true",
         f"{nsys_opts}.controller_nsight_options.trace=cuda,nvtx,osrt,cublas",
         "actor_rollout_ref.actor.profiler.enable=True",
         "actor_rollout_ref.actor.profiler.all_ranks=True",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import sys
 import time
 import warnings
@@ -33,7 +34,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from nvtx_phases import verl_async
 from nvtx_phases.errors import HookError
+from nvtx_phases.hook import Hook
 from nvtx_phases.lengths_record import record_lengths, settings_from_env, write_reward_timings
 from nvtx_phases.marking import current_step, phase
 
@@ -43,22 +46,6 @@ TESTED_VERSIONS = ("0.9.1",)
 #: it pickles by value, and the original (whose qualified name now leads to the wrapper) would
 #: then be pickled by value too, with its globals (``torch.distributed.config`` cannot be).
 WRAPPED_MARK = "__nvtx_phases_original__"
-
-
-@dataclass(frozen=True)
-class Hook:
-    """One function or method to wrap in a range named ``phase``."""
-
-    module: str
-    qualname: str
-    phase: str
-    #: The module needs an optional backend (vLLM, Megatron…): skip it when it cannot import.
-    optional: bool = False
-
-    @property
-    def target(self) -> str:
-        """Dotted path of the wrapped attribute."""
-        return f"{self.module}.{self.qualname}"
 
 
 #: Worker- and driver-side subphases (VeRL 0.9.1).
@@ -114,6 +101,10 @@ HOOKS: tuple[Hook, ...] = (
 )
 TRAINER_TIMER = Hook("verl.trainer.ppo.ray_trainer", "marked_timer", "<trainer phase>")
 
+#: The disaggregated trainers' timers and hooks (:mod:`nvtx_phases.verl_async`).
+ASYNC_TIMERS = verl_async.ASYNC_TIMERS
+ASYNC_HOOKS = verl_async.ASYNC_HOOKS
+
 
 @dataclass
 class _Installed:
@@ -143,10 +134,23 @@ def _resolve(hook: Hook) -> tuple[Any, str, Any] | None:
     for part in parents:
         if not hasattr(owner, part):
             raise HookError(_moved(hook, f"{owner.__name__}.{part}"))
-        owner = getattr(owner, part)
+        owner = _plain_class(getattr(owner, part))
     if not hasattr(owner, name):
         raise HookError(_moved(hook, hook.target))
     return owner, name, getattr(owner, name)
+
+
+def _plain_class(owner: Any) -> Any:
+    """The class a module-level ``@ray.remote`` made, whose methods its actors run, else ``owner``.
+
+    Ray's actor class keeps the decorated class's subclass (``modified_class``), with a copy
+    of each method wrapped for tracing; it pickles that subclass by value when an actor is
+    created. A method wrapped there, in the process that creates the actor, is what the actor's
+    process runs.
+    """
+    metadata = getattr(owner, "__ray_metadata__", None)
+    modified = getattr(metadata, "modified_class", None)
+    return modified if isinstance(modified, type) else owner
 
 
 def _moved(hook: Hook, missing: str) -> str:
@@ -161,18 +165,41 @@ def _verl_version() -> str:
     return getattr(verl, "__version__", "unknown")
 
 
-def _wrap(hook: Hook) -> None:
+def _wrap(hook: Hook, make: Callable[[Any], Any] | None = None) -> None:
     resolved = _resolve(hook)
     if resolved is None or hook.target in _installed:
         return
     owner, name, current = resolved
     if hasattr(current, WRAPPED_MARK):
         return  # installed by an earlier import of this module
-    wrapper = phase(hook.phase)(current)
+    wrapper = make(current) if make is not None else phase_wrapper(hook.phase, current)
     setattr(wrapper, WRAPPED_MARK, hook.target)
     owned = name in vars(owner)
     setattr(owner, name, wrapper)
     _installed[hook.target] = _Installed(owner, name, current, owned)
+
+
+def phase_wrapper(name: str, current: Any) -> Any:
+    """``phase(name)`` around ``current``; for a VeRL ``@auto_await`` method, one that keeps it.
+
+    ``auto_await`` (``verl.utils.ray_utils``) returns its coroutine to a caller that is a
+    coroutine and runs it to the end for any other. Behind a plain wrapper it would see the
+    wrapper as its caller and hand an awaiting caller (one-step-off's trainer awaits
+    ``AgentLoopManager.generate_sequences``) a result instead of an awaitable. So a coroutine
+    caller gets the range around the coroutine, any other the range around the call, as before.
+    """
+    inner = getattr(current, "__wrapped__", None)
+    if inspect.iscoroutinefunction(current) or not inspect.iscoroutinefunction(inner):
+        return phase(name)(current)
+    around_call, around_coroutine = phase(name)(current), phase(name)(inner)
+
+    @functools.wraps(current)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if sys._getframe(1).f_code.co_flags & inspect.CO_COROUTINE:
+            return around_coroutine(*args, **kwargs)
+        return around_call(*args, **kwargs)
+
+    return wrapper
 
 
 def _global_step(frame: Any) -> int | None:
@@ -217,12 +244,13 @@ def install(*, strict: bool = True, record_lengths_to: str | None = None) -> lis
             f"not {version}; every target is checked, missing ones are reported",
             stacklevel=2,
         )
-    for hook in (TRAINER_TIMER, *HOOKS):
+    makers: dict[Hook, Callable[[Any], Any] | None] = dict(ASYNC_HOOKS)
+    for hook in (TRAINER_TIMER, *HOOKS, *ASYNC_TIMERS, *makers):
         try:
-            if hook is TRAINER_TIMER:
-                _install_trainer_timer()
+            if hook is TRAINER_TIMER or hook in ASYNC_TIMERS:
+                _install_timer(hook)
             else:
-                _wrap(hook)
+                _wrap(hook, makers.get(hook))
         except HookError as exc:
             if strict:
                 raise
@@ -261,16 +289,18 @@ def _install_length_recorder(folder: str, *, dp_size: int, n_sampling: int) -> N
     _installed[key] = _Installed(owner, name, current, name in vars(owner))
 
 
-def _install_trainer_timer() -> None:
-    resolved = _resolve(TRAINER_TIMER)
-    if resolved is None or TRAINER_TIMER.target in _installed:
+def _install_timer(hook: Hook) -> None:
+    """Replace a module's ``marked_timer`` by VeRL's timing-only one plus the hook's range."""
+    resolved = _resolve(hook)
+    if resolved is None or hook.target in _installed:
         return
     owner, name, current = resolved
     performance = importlib.import_module("verl.utils.profiler.performance")
-    wrapper = _trainer_timer(performance.marked_timer)
-    setattr(wrapper, WRAPPED_MARK, TRAINER_TIMER.target)
+    make = _trainer_timer if hook is TRAINER_TIMER else verl_async.async_timer
+    wrapper = make(performance.marked_timer)
+    setattr(wrapper, WRAPPED_MARK, hook.target)
     setattr(owner, name, wrapper)
-    _installed[TRAINER_TIMER.target] = _Installed(owner, name, current, owned=True)
+    _installed[hook.target] = _Installed(owner, name, current, owned=True)
 
 
 def original_of(wrapper: Any) -> Any:
@@ -294,7 +324,8 @@ def uninstall() -> None:
 
 def installed() -> dict[str, str]:
     """Wrapped targets → phase name, and skipped optional targets → why."""
-    names = {h.target: h.phase for h in (TRAINER_TIMER, *HOOKS)}
+    every = (TRAINER_TIMER, *HOOKS, *ASYNC_TIMERS, *(h for h, _ in ASYNC_HOOKS))
+    names = {h.target: h.phase for h in every}
     names[LENGTHS_HOOK.target + "#lengths"] = "<length recorder>"
     return {
         **{t: names[t] for t in _installed},

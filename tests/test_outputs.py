@@ -113,7 +113,11 @@ def test_first_run_wrote_power_outputs(rerun):
         for stem in ("busy_idle_per_phase", "data_movement_per_phase")
         for ext in ("png", "svg", "csv")
     }
-    assert after_first == CPU_RUN_FILES | POWER_FILES | gpu_figures | {MANIFEST, "notes.txt"}
+    # the GRPO run has NCCL kernels: its NCCL tables (the CPU run, none: removed after it)
+    nccl = {"nccl_overlap.csv", "nccl_collectives.csv", "nccl_collectives_by_phase.csv"}
+    assert after_first == (
+        CPU_RUN_FILES | POWER_FILES | gpu_figures | nccl | {MANIFEST, "notes.txt"}
+    )
 
 
 def test_rerun_leaves_exactly_the_second_runs_files(rerun):

@@ -388,3 +388,25 @@ def test_report_of_an_async_run_draws_each_figure_per_pool(async_run, tmp_path):
     page = (tmp_path / "rep" / "report.md").read_text()
     for title in ("## GPU pools", "## Idle GPU time by cause, per pool", "## Staleness"):
         assert title in page
+
+
+def test_nccl_overlap_of_a_pooled_run_counts_each_rows_own_pool(async_run, tmp_path):
+    """nccl_overlap.csv's window rows: the truth's NCCL time, on the row's pool's GPUs only."""
+    from nvtx_phases.analysis.jobs import analyze_to
+
+    truth = json.loads((async_run / "ground_truth.json").read_text())
+    with analyze_to([async_run], tmp_path / "run", figures=False):
+        pass
+    table = pl.read_csv(tmp_path / "run" / "nccl_overlap.csv").filter(
+        pl.col("attribution") == "window"
+    )
+    gpus = {p["pool"]: set(p["devices"]) for p in truth["pools"]}
+    for w in truth["window_phases"]:
+        mine = table.filter(
+            (pl.col("trace") == w["trace"])
+            & (pl.col("step") == w["step"])
+            & (pl.col("path") == w["path"])
+        )
+        assert set(mine["device"]) <= gpus[w["pool"]]
+        # the generator's NCCL kernels of one GPU never overlap: their union is their sum
+        assert mine["nccl_ns"].sum() == w["nccl_ns"], (w["path"], w["step"])

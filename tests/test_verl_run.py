@@ -168,3 +168,128 @@ def test_run_command_lines(tmp_path):
     command = run.nsys_command("nsys", tmp_path / "r", ["python", "x.py"])
     assert command[:2] == ["nsys", "profile"] and command[-2:] == ["python", "x.py"]
     assert "--trace=nvtx" in command and "--sample=none" in command
+
+
+def test_disaggregated_command_lines(tmp_path):
+    overrides = run.disaggregated_overrides(Path("/a"), steps=6, out=tmp_path)
+    keys = dict(o.lstrip("+").split("=", 1) for o in overrides)
+    assert len(keys) == len(overrides)  # each key once: the sync run's values replaced
+    assert keys["trainer.n_gpus_per_node"] == keys["rollout.n_gpus_per_node"] == "1"
+    assert keys["ray_kwargs.ray_init.num_gpus"] == "2"  # two logical GPUs: two pools
+    assert keys["actor_rollout_ref.hybrid_engine"] == "False"
+    assert keys["actor_rollout_ref.rollout.checkpoint_engine.backend"] == "gloo"
+    assert keys["actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module"] == (
+        "checks.verl_run.cpu_checkpoint_engine"
+    )
+    assert (keys["data.train_batch_size"], keys["data.gen_batch_size"]) == ("0", "1")
+    # 6 trainer steps of 2 prompts, synced every 2 steps: 3 versions, validated at version 2
+    assert keys["rollout.total_rollout_steps"] == "12"
+    assert keys["async_training.trigger_parameter_sync_step"] == "2"
+    assert float(keys["async_training.staleness_threshold"]) > 0
+    assert keys["trainer.test_freq"] == "2"
+    assert "trainer.total_training_steps" not in keys
+    assert keys["ray_kwargs.ray_init.runtime_env.worker_process_setup_hook"] == (
+        "nvtx_phases.verl.install"
+    )
+    one_step = dict(
+        o.lstrip("+").split("=", 1)
+        for o in run.disaggregated_overrides(Path("/a"), steps=2, out=tmp_path, mode="one_step_off")
+    )
+    assert (
+        one_step["data.train_batch_size"] == "2"
+        and "async_training.staleness_threshold" not in one_step
+    )
+    assert run.overrides_for("sync", Path("/a"), steps=2, out=tmp_path) == run.verl_overrides(
+        Path("/a"), steps=2, out=tmp_path
+    )
+
+
+def test_validation_frequency_keeps_verls_last_flush():
+    # VeRL flushes the last cycle's metrics after its loop only when the last version is not a
+    # multiple of test_freq; it validates at the versions that are
+    for cycles in range(1, 12):
+        freq = run.validation_frequency(cycles)
+        assert cycles % freq != 0
+        assert (cycles >= 3) == any(v % freq == 0 for v in range(1, cycles + 1))
+
+
+LAUNCHED = """
+import json, sys
+from verl.trainer.ppo import ray_trainer
+print(json.dumps({"argv": sys.argv[1:], "name": __name__,
+                  "hooked": hasattr(ray_trainer.marked_timer, "__nvtx_phases_original__")}))
+"""
+
+
+def test_driver_launcher_installs_the_hooks_then_runs_the_module(tmp_path):
+    pytest.importorskip("verl", reason="verl not installed (pip install -e .[verl])")
+    (tmp_path / "entry_point.py").write_text(LAUNCHED)
+    done = subprocess.run(
+        [sys.executable, "-m", "nvtx_phases.verl_launch", "entry_point", "a=1", "+b=2"],
+        env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
+        "argv": ["a=1", "+b=2"],
+        "name": "__main__",
+        "hooked": True,
+    }
+
+
+GLOO_RANK = """
+import asyncio, json, sys
+import torch
+from checks.verl_run.cpu_checkpoint_engine import GlooCheckpointEngine, MasterMetadata
+
+rank, host, port, world = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+engine = GlooCheckpointEngine(bucket_size=4096, is_master=False)
+engine.init_process_group(rank=rank, world_size=world, master_metadata=MasterMetadata(host, port))
+
+async def receive():
+    return {name: tensor.flatten().tolist() async for name, tensor in engine.receive_weights()}
+
+print(json.dumps(asyncio.run(receive())))
+"""
+
+
+def test_gloo_checkpoint_engine_broadcasts_the_weights_in_buckets():
+    pytest.importorskip("verl", reason="verl not installed (pip install -e .[verl])")
+    import asyncio
+
+    import torch
+
+    from checks.verl_run.cpu_checkpoint_engine import GlooCheckpointEngine
+
+    generator = torch.Generator().manual_seed(0)
+    weights = {  # one weight larger than a bucket (split in chunks), two smaller ones
+        "embed": torch.randn(40, 50, generator=generator),
+        "bias": torch.randn(7, generator=generator),
+        "steps": torch.arange(300, dtype=torch.int64),
+    }
+    master = GlooCheckpointEngine(bucket_size=4096, is_master=True)
+    metadata = master.prepare()
+    actor, rollout = GlooCheckpointEngine.build_topology(2, 2, [metadata, None])
+    assert actor["rank"] == [0, -1] and rollout["rank"] == [1, 2]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    receivers = [
+        subprocess.Popen(
+            [sys.executable, "-c", GLOO_RANK, str(rank), metadata.host, str(metadata.port), "3"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in rollout["rank"]
+    ]
+    master.init_process_group(rank=0, world_size=3, master_metadata=metadata)
+    asyncio.run(master.send_weights(iter(weights.items())))
+    master.finalize()
+    for receiver in receivers:
+        out, err = receiver.communicate(timeout=300)
+        assert receiver.returncode == 0, err[-3000:]
+        received = json.loads(out.strip().splitlines()[-1])
+        assert received == {name: w.flatten().tolist() for name, w in weights.items()}

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..aggregate.phases import SUMMED_METRICS
 from ..intervals import union_blocks
 from ..model import WINDOW
 from .pools import UNPOOLED
@@ -34,16 +35,7 @@ ACTIVE_ABOVE_IDLE_W = 20.0
 GPU_FIGURES: tuple[str, ...] = (
     "gpu_busy_ns",
     "idle_ns",
-    "kernel_ns",
-    "nccl_ns",
-    "memcpy_ns",
-    "memcpy_bytes",
-    "memset_ns",
-    "graph_ns",
-    "n_kernels",
-    "n_graphs",
-    "n_kernels_started",
-    "n_graphs_started",
+    *SUMMED_METRICS,
     "gpu_start_ns",
     "gpu_end_ns",
 )

@@ -5,7 +5,7 @@ order below is the order ``nvtx-phases --help`` lists them.
 """
 
 # isort: off
-from . import analyze, compare, capture, synth, workload, logs, whatif, timeline  # noqa: F401  (registers)
+from . import analyze, compare, capture, synth, workload, logs, whatif, timeline, study  # noqa: F401  (registers)
 
 # isort: on
 from .app import app, main

@@ -58,6 +58,7 @@ def logs_to(
     from ..render.outputs.files import check_output_folder, output_folder
     from ..render.report import verl_logs as render
     from ..workload import verl_logs as wl
+    from ..workload.verl_memory import memory_per_step
 
     check_output_folder(out)
     reporter.stage(f"reading {len(paths)} VeRL log(s)")
@@ -80,11 +81,16 @@ def logs_to(
             "(nested or overlapping timers?): their other (not timed) is 0"
         )
     steps = wl.steps_table(values, times)
+    memory, memory_notes = memory_per_step(values)
+    for note in memory_notes:
+        reporter.note(note)
     summary = wl.phase_summary(times)
     shares, bars = render.share_bars(times, max_bars=max_bars)
     title = render.summary_title(times)
     with output_folder(out) as session:
         render.write_csv_tables(session, times, steps, summary)
+        if memory.height:
+            session.write("memory_per_step.csv", memory.write_csv)
         markdown = render.summary_markdown(summary, title, summed_note(summed) if summed else None)
         session.write("phase_summary.md", lambda p: p.write_text(markdown, encoding="utf-8"))
         session.add(render.phase_share_figure(shares, bars, out / "figures"))

@@ -257,6 +257,7 @@ def build_report(
     from ..render.outputs.tables import TABLE_NAMES
     from ..render.report.document import write_report
     from ..render.report.kernels import kernel_sections
+    from ..render.report.memory import memory_sections
     from ..render.report.pools import pool_sections
 
     opts = options_from(options, changes)
@@ -288,6 +289,7 @@ def build_report(
                 saved_envelope_figure(result, folder, out / "figures", drawing)
             # an asynchronous run's pools first, then the kernels (saved in the folder, else computed)
             sections = pool_sections(result) + kernel_sections(result, folder)
+            sections += memory_sections(result)
             length_dir = lengths or lengths_beside(inputs, result)
             if length_dir is not None:
                 found, warned = length_sections(result, length_dir, cap, out / "figures", drawing)

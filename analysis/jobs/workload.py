@@ -213,10 +213,16 @@ def fidelity_to(run: Path, log: Path, out: Path, *, reporter: Reporter = QUIET) 
         read_verl_log,
         to_markdown,
     )
+    from ..workload.fidelity_async import compare_async, is_async_log
+    from ..workload.verl_logs import read_log
 
     logged = read_verl_log(log)
+    records = read_log(log)  # the fully async trainer's are told apart by their record layout
     with open_run([run], label=str(run), reporter=reporter) as analysis:
-        per_step, summary = compare_with_log(analysis, logged)
+        if is_async_log(records):
+            per_step, summary = compare_async(analysis, records)
+        else:
+            per_step, summary = compare_with_log(analysis, logged)
     text = to_markdown(summary)
     atomic_write(out / "fidelity_steps.csv", per_step.write_csv)
     _atomic_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")

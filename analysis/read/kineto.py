@@ -216,8 +216,24 @@ def build_tables(parsed: Parsed, name: str) -> tuple[dict[str, pl.DataFrame], li
         tables["NVTX_EVENTS"] = _ranges(parsed, origin)
     if gpu_rows:
         tables.update(_gpu_tables(parsed, runtime, origin))
+    if len(parsed.memory):
+        tables["CUDA_GPU_MEMORY_USAGE_EVENTS"] = _memory_table(parsed, origin)
     tables.update(_meta_tables(parsed, window, origin, zero))
     return tables, _notes(parsed, name, base, zero, window, gpu_rows)
+
+
+def _memory_table(parsed: Parsed, origin: int) -> pl.DataFrame:
+    """``[memory]`` events as CUDA_GPU_MEMORY_USAGE_EVENTS rows (device memory, alloc 0 / free 1)."""
+    frame = _frame(parsed.memory, {})
+    return frame.select(
+        (pl.col("start") - origin).alias("start"),
+        (pl.col("pid").fill_null(0) * _TID).alias("globalPid"),
+        "deviceId",
+        pl.col("delta").abs().alias("bytes"),
+        pl.lit(2, dtype=_INT).alias("memKind"),  # ENUM_CUDA_MEM_KIND: Device
+        pl.when(pl.col("delta") < 0).then(1).otherwise(0).cast(_INT).alias("memoryOperationType"),
+        "totalAllocated",
+    )
 
 
 def _shift(frame: pl.DataFrame, origin: int) -> pl.DataFrame:

@@ -17,6 +17,9 @@ Which events become which rows (categories matched case-insensitively; 2021 trac
 - ``kernel``, ``gpu_memcpy``, ``gpu_memset`` → GPU operations (device ``args.device``, stream
   ``args.stream``, ``args.correlation``, ``args.bytes``); memcpy direction from the name;
 - ``cuda_runtime`` and ``cuda_driver`` with ``args.correlation`` → the launching calls;
+- ``ph: i`` ``[memory]`` events of a GPU (``Device Type`` 1, CUDA, or 6, HIP) → memory
+  allocations (``Bytes`` > 0) and frees (``Bytes`` < 0) with the allocator's ``Total Allocated``
+  after the event (CPU memory events, ``Device Type`` 0, are skipped);
 - ``ph: M`` ``process_name``/``thread_name`` → process and thread names; the ``Trace`` span
   (``PyTorch Profiler (N)``) → the capture window.
 """
@@ -41,6 +44,8 @@ MEMSET_CATS = frozenset({"gpu_memset", "memset"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime"})
 #: ``ts`` above this (µs) is a UNIX epoch time (after 1973): traces without ``baseTimeNanoseconds``
 EPOCH_US = 10**14
+#: c10::DeviceType of the GPUs whose ``[memory]`` events are read (CUDA, HIP)
+GPU_DEVICE_TYPES = frozenset({1, 6})
 #: ENUM_CUDA_MEMCPY_OPER ids by the direction Kineto writes in a memcpy's name
 COPY_KINDS = {
     "HtoD": 1,
@@ -153,6 +158,10 @@ class Parsed:
     runtime: Rows = field(
         default_factory=lambda: Rows(("start", "dur", "pid", "tid", "correlationId", "nameId"))
     )
+    #: ``[memory]`` events of GPUs: signed ``Bytes`` (frees < 0), ``Total Allocated`` after it
+    memory: Rows = field(
+        default_factory=lambda: Rows(("start", "pid", "deviceId", "delta", "totalAllocated"))
+    )
     process_names: dict[int, str] = field(default_factory=dict)
     thread_names: dict[tuple[int, int], str] = field(default_factory=dict)
     #: (start ns, end ns) of each ``Trace`` span (the profiling window)
@@ -188,6 +197,9 @@ def _event(parsed: Parsed, event: dict[str, Any]) -> None:
     if ph == "M":
         _metadata(parsed, event)
         return
+    if ph == "i" and event.get("name") == "[memory]":
+        _memory(parsed, event)
+        return
     if ph != "X":
         return
     start, dur = to_ns(event.get("ts")), to_ns(event.get("dur", 0))
@@ -221,6 +233,20 @@ def _event(parsed: Parsed, event: dict[str, Any]) -> None:
         kind = _op_kind(cat)
         if kind is not None:
             _gpu_op(parsed, kind, event, args, (start, dur), name)
+
+
+def _memory(parsed: Parsed, event: dict[str, Any]) -> None:
+    args = _args(event)
+    start, delta = to_ns(event.get("ts")), as_int(args.get("Bytes"))
+    if as_int(args.get("Device Type")) not in GPU_DEVICE_TYPES or start is None or delta is None:
+        return
+    parsed.memory.add(
+        start,
+        as_int(event.get("pid")),
+        as_int(args.get("Device Id")),
+        delta,
+        as_int(args.get("Total Allocated")),
+    )
 
 
 def _args(event: dict[str, Any]) -> dict[str, Any]:

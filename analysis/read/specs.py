@@ -98,6 +98,13 @@ GPU_METRICS_INFO = TableSpec(
     optional=("typeName",),
     text=("metricName", "typeName"),
 )
+#: CUDA memory allocations and frees (``nsys profile --cuda-memory-usage=true``); a Kineto trace's
+#: ``[memory]`` events are read as this table too, with the allocator's ``totalAllocated``.
+CUDA_MEMORY_USAGE = TableSpec(
+    "CUDA_GPU_MEMORY_USAGE_EVENTS",
+    required=("start", "deviceId", "bytes", "memKind", "memoryOperationType"),
+    optional=("globalPid", "totalAllocated"),
+)
 
 #: Tables an export lacks when the capture did not collect that kind of data; their absence is
 #: reported in ``summary.json`` and as a warning, and analysis goes on without them.

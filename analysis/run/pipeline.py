@@ -32,6 +32,7 @@ from ..step_spec import parse_steps
 from .clocks import check_combinable, clock_offsets
 from .inputs import resolve_trace_inputs
 from .load import LoadedTrace, load_all, shifted
+from .memory import with_memory
 from .metrics import with_gpu_metrics
 from .provenance import finished, started
 from .run_summary import run_summary
@@ -93,6 +94,7 @@ def analyze(
     try:
         result = _analyze(files, work, opts, progress=progress, on_file_done=on_file_done)
         result = with_gpu_metrics(result, progress or (lambda _message: None))
+        result = with_memory(result, progress or (lambda _message: None))
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise

@@ -102,6 +102,9 @@ def select_steps(analysis: Analysis, spec: str | StepSpec) -> Analysis:
         ranges=None
         if analysis.ranges is None
         else analysis.ranges.filter(pl.col("step").is_in(chosen).fill_null(False)),
+        memory=None
+        if analysis.memory is None
+        else analysis.memory.filter(pl.col("step").is_in(chosen).fill_null(False)),
         gpu_metrics=None
         if analysis.gpu_metrics is None
         else analysis.gpu_metrics.filter(pl.col("step").is_in(chosen).fill_null(False)),

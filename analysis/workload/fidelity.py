@@ -36,9 +36,7 @@ from ..errors import InputError, WorkloadInputError
 from ..model import WINDOW, Analysis
 from ..phase_paths import is_step_phase
 from ..render.report.units import duration, fixed
-
-MIN_SCORED_S = 0.001
-"""Logged stage times below this (seconds) are reported but not scored in the overall accuracy."""
+from .fidelity_scores import MIN_SCORED_S, stage_accuracy
 
 SAME_RUN_MIN_ACCURACY_PCT = 50.0
 """Under this overall accuracy the log and the trace look like different runs (one run scores
@@ -220,25 +218,10 @@ def compare_with_log(analysis: Analysis, log: pl.DataFrame) -> tuple[pl.DataFram
     )
     rows_out = both.rename({"cut": "cut_at_capture_end"})
     both = both.filter(~pl.col("cut")).drop("cut")
-    per_stage = (
-        both.group_by("stage")
-        .agg(
-            pl.len().alias("n_steps"),
-            pl.col("logged_s").mean().alias("mean_logged_s"),
-            pl.col("trace_s").mean().alias("mean_trace_s"),
-            pl.col("error_pct").mean().alias("mean_error_pct"),
-            pl.col("error_pct").abs().mean().alias("mean_abs_error_pct"),
-        )
-        .with_columns((100 - pl.col("mean_abs_error_pct")).alias("accuracy_pct"))
-        .sort("stage")
-    )
-    scored = both.filter(pl.col("logged_s") >= MIN_SCORED_S)
-    unscored = sorted(set(both["stage"].to_list()) - set(scored["stage"].to_list()))
+    per_stage, scored, unscored, overall = stage_accuracy(both)
     summary = {
         "stages": {row.pop("stage"): row for row in per_stage.iter_rows(named=True)},
-        "overall_accuracy_pct": float(100 - cast(float, scored["error_pct"].abs().mean()))
-        if scored.height
-        else None,
+        "overall_accuracy_pct": overall,
         "n_pairs": both.height,
         "n_scored_pairs": scored.height,
         "min_scored_logged_s": MIN_SCORED_S,

@@ -8,6 +8,12 @@ server, the agent-loop and reward workers) are descendants of the profiled proce
 follows them and writes one report holding every process. ``nvtx_phases.verl.install`` is Ray's
 ``worker_process_setup_hook``, so every worker marks its phases. VeRL's console output (its
 ``step:N - timing_s/…`` lines) is kept in ``verl_console.log`` for ``nvtx-phases fidelity``.
+
+``--mode fully_async`` runs VeRL's ``fully_async_policy`` instead (trainer and rollouter on
+separate pools, through :mod:`nvtx_phases.verl_launch`). ``--mode one_step_off`` runs, but is
+not offered by ``make``: its background generation task's ranges interleave with the step's on
+the trainer's event-loop thread, which ``analyze`` nests by time (one hierarchy per thread), so
+``reward``/``ref``/``adv`` of a step land under ``generate_async`` and fidelity cannot pair them.
 """
 
 from __future__ import annotations
@@ -21,8 +27,25 @@ import time
 from pathlib import Path
 
 PLATFORM_MODULE = "checks.verl_run.cpu_platform"
+CHECKPOINT_ENGINE_MODULE = "checks.verl_run.cpu_checkpoint_engine"
 REPORT_NAME = "verl_grpo"
 CONSOLE_LOG = "verl_console.log"
+#: ``--mode``: which of VeRL's trainers runs (``make profile-verl VERL_MODE=…``).
+MODES = {
+    "sync": "verl.trainer.main_ppo",
+    "fully_async": "verl.experimental.fully_async_policy.fully_async_main",
+    "one_step_off": "verl.experimental.one_step_off_policy.main_ppo",
+}
+#: Runs a disaggregated trainer's entry point with the hooks in its driver too.
+DRIVER_LAUNCHER = "nvtx_phases.verl_launch"
+#: The report's name per mode (the synchronous run's name is kept).
+REPORT_NAMES = {
+    "sync": REPORT_NAME,
+    "fully_async": "verl_async",
+    "one_step_off": "verl_one_step_off",
+}
+#: Prompts per trainer step of the disaggregated runs (``ppo_mini_batch_size`` × ``require_batches``).
+ASYNC_PROMPTS_PER_STEP = 2
 
 
 def verl_overrides(assets: Path, *, steps: int, out: Path) -> list[str]:
@@ -92,6 +115,100 @@ def verl_overrides(assets: Path, *, steps: int, out: Path) -> list[str]:
     ]
 
 
+def _replace(overrides: list[str], changes: dict[str, str]) -> list[str]:
+    """``overrides`` with the values of the keys in ``changes`` replaced (others appended)."""
+    out, seen = [], set()
+    for item in overrides:
+        key = item.split("=", 1)[0]
+        bare = key.lstrip("+")
+        if bare in changes:
+            out.append(f"{key}={changes[bare]}")
+            seen.add(bare)
+        else:
+            out.append(item)
+    return out + [f"{k}={v}" for k, v in changes.items() if k not in seen]
+
+
+def validation_frequency(cycles: int) -> int:
+    """``trainer.test_freq`` of a fully async run of ``cycles`` parameter syncs.
+
+    VeRL's fully async trainer logs a sync cycle's metrics at the next sync and flushes the last
+    cycle after its loop only when the last version is not a multiple of ``test_freq``
+    (``fully_async_trainer.py``, ``fit``); it validates at the versions that are. From 3 cycles
+    on, one validation at version ``cycles - 1`` keeps the flush; below, no validation.
+    """
+    return cycles - 1 if cycles >= 3 else 1000
+
+
+def disaggregated_overrides(
+    assets: Path,
+    *,
+    steps: int,
+    out: Path,
+    mode: str = "fully_async",
+    staleness_threshold: float = 0.5,
+    trigger_parameter_sync_step: int = 2,
+) -> list[str]:
+    """Overrides of the fully async (or one-step-off) trainer: trainer and rollout pools apart.
+
+    One logical GPU each (Ray ``num_gpus=2``); ``steps`` trainer steps (rounded up to whole
+    sync cycles of ``trigger_parameter_sync_step`` steps) of :data:`ASYNC_PROMPTS_PER_STEP`
+    prompts each; weights synced by the ``gloo`` checkpoint engine
+    (:mod:`checks.verl_run.cpu_checkpoint_engine`); validation as :func:`validation_frequency`
+    says, on 2 prompts; the rest as the synchronous run.
+    """
+    rollout, ckpt = "actor_rollout_ref.rollout", "actor_rollout_ref.rollout.checkpoint_engine"
+    trigger = trigger_parameter_sync_step if mode == "fully_async" else 1
+    cycles = -(-steps // trigger)
+    changes = {
+        "actor_rollout_ref.actor.ppo_mini_batch_size": str(ASYNC_PROMPTS_PER_STEP),
+        "trainer.n_gpus_per_node": "1",
+        "trainer.test_freq": str(validation_frequency(cycles) if mode == "fully_async" else -1),
+        "data.val_max_samples": "2",
+        "ray_kwargs.ray_init.num_gpus": "2",
+        "ray_kwargs.ray_init.num_cpus": "32",
+        "actor_rollout_ref.hybrid_engine": "False",
+        f"{rollout}.mode": "async",
+        f"{rollout}.calculate_log_probs": "True",
+        f"{ckpt}.backend": "gloo",
+        f"{ckpt}.custom_backend_module": CHECKPOINT_ENGINE_MODULE,
+        f"{ckpt}.update_weights_bucket_megabytes": "64",
+        "rollout.nnodes": "1",
+        "rollout.n_gpus_per_node": "1",
+    }
+    if mode == "fully_async":
+        changes |= {
+            "data.train_batch_size": "0",
+            "data.gen_batch_size": "1",
+            "rollout.total_rollout_steps": str(cycles * trigger * ASYNC_PROMPTS_PER_STEP),
+            "async_training.staleness_threshold": str(staleness_threshold),
+            "async_training.trigger_parameter_sync_step": str(trigger),
+            "async_training.require_batches": "1",
+            "async_training.partial_rollout": "True",
+        }
+    elif mode == "one_step_off":
+        changes |= {
+            "data.train_batch_size": str(ASYNC_PROMPTS_PER_STEP),
+            # its config finds the base config at file://verl/trainer/config (VeRL's repo root)
+            "hydra.searchpath": "[pkg://verl.trainer.config]",
+        }
+    else:
+        raise ValueError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
+    base = verl_overrides(assets, steps=steps, out=out)
+    if mode == "fully_async":  # the rollouter counts prompts; the trainer has no step limit
+        base = [o for o in base if not o.startswith("trainer.total_training_steps=")]
+    merged = _replace(base, {k.lstrip("+"): v for k, v in changes.items()})
+    plus = {k.lstrip("+") for k in changes if k.startswith("+")}
+    return [f"+{o}" if o.split("=", 1)[0] in plus else o for o in merged]
+
+
+def overrides_for(mode: str, assets: Path, *, steps: int, out: Path) -> list[str]:
+    """The Hydra overrides of ``mode`` (:data:`MODES`)."""
+    if mode == "sync":
+        return verl_overrides(assets, steps=steps, out=out)
+    return disaggregated_overrides(assets, steps=steps, out=out, mode=mode)
+
+
 def verl_environment(repo: Path, base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of the run: the CPU platform, vLLM's CPU build, the project importable."""
     env = dict(os.environ if base is None else base)
@@ -142,17 +259,27 @@ def nsys_command(nsys: str, report: Path, command: list[str]) -> list[str]:
     ]
 
 
-def run(assets: Path, out: Path, *, steps: int, nsys: str, timeout_s: float) -> int:
+def run(
+    assets: Path,
+    out: Path,
+    *,
+    steps: int,
+    nsys: str,
+    timeout_s: float,
+    mode: str = "sync",
+) -> int:
     """Profile the run; VeRL's console output goes to ``out/verl_console.log`` (and stdout).
 
     ``nsys=""`` runs VeRL without nsys (a dry run of the set-up).
     """
     repo = Path(__file__).resolve().parents[2]
     out.mkdir(parents=True, exist_ok=True)
-    verl = [sys.executable, "-m", "verl.trainer.main_ppo"]
-    command = verl + verl_overrides(assets, steps=steps, out=out)
+    verl = [sys.executable, "-m", MODES[mode]]
+    if mode != "sync":  # the controllers' actor classes travel from the driver (verl_launch)
+        verl = [sys.executable, "-m", DRIVER_LAUNCHER, MODES[mode]]
+    command = verl + overrides_for(mode, assets, steps=steps, out=out)
     if nsys:
-        command = nsys_command(nsys, out / REPORT_NAME, command)
+        command = nsys_command(nsys, out / REPORT_NAMES[mode], command)
     print("+ " + " ".join(command), flush=True)
     started = time.monotonic()
     with (out / CONSOLE_LOG).open("w", encoding="utf-8") as log:
@@ -183,6 +310,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--assets", type=Path, default=Path("verl_run_assets"))
     parser.add_argument("--out", type=Path, default=Path("out/verl"))
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--mode", choices=sorted(MODES), default="sync")
     parser.add_argument("--nsys", default=os.environ.get("NSYS") or shutil.which("nsys") or "")
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--no-nsys", action="store_true", help="run VeRL without nsys")
@@ -201,6 +329,7 @@ def main(argv: list[str] | None = None) -> None:
         steps=args.steps,
         nsys=args.nsys,
         timeout_s=args.timeout,
+        mode=args.mode,
     )
     if code != 0:
         raise SystemExit(f"VeRL run failed (exit status {code}); see {args.out / CONSOLE_LOG}")

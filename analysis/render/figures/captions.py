@@ -121,6 +121,38 @@ VERL_LOGS_CAPTIONS: dict[str, str] = {
     ),
 }
 
+#: ``nvtx-phases study``'s figures (:mod:`analysis.render.figures.study`), by stem
+STUDY_CAPTIONS: dict[str, str] = {
+    "study_phase_signature": (
+        "Phase signature: each of the step's direct phases' share of the step's time (left) and "
+        "energy (right), one bar per run, runs grouped by the policy axis. Share: the median over steps "
+        "of the phase's time (energy) / its step's × 100, as in every other share figure; "
+        "phases that overlap or leave gaps make a bar differ from 100%. A run without power samples has "
+        "no energy bar."
+    ),
+    "study_reward_cost": (
+        "Reward-paradigm cost: the reward phase's median time, energy, data movement (memcpy "
+        "volume) and power (its energy / wall time, all the run's GPUs together) over steps, one "
+        "bar per run, coloured by the reward axis. For a reward computed on the CPU the power is "
+        "what the GPUs draw while idle."
+    ),
+    "study_scaling": (
+        "Scaling: median step time against the GPU count (left, one line per hardware) and each "
+        "phase's parallel efficiency (right): GPU time per sample T·n/S at the fewest GPUs of "
+        "that hardware over that at n (S: responses per step from the length records; 1 = the "
+        "GPUs added did proportionally more work, with the batch grown or not; below 1 the phase "
+        "gains less than the GPUs added). Without sample counts at some point, S is assumed "
+        "equal (fixed batch: T(base)·n_base / (T(n)·n)) and the axis and study_scaling.csv "
+        "(basis) say so. Where several runs share a point, their median."
+    ),
+    "study_lengths": (
+        "Task → response-length structure: the empirical CDF of response lengths per task "
+        "(left; all steps, validation rollouts left out) and, per run, the median over steps of "
+        "the longest response / the mean (the straggler ratio) and of the DP ranks' token sums "
+        "max / mean (load imbalance; 1 = balanced)."
+    ),
+}
+
 
 def caption_for(stem: str) -> str:
     """The caption of the figure saved as ``stem`` (.png/.svg), or "" when it has none."""
@@ -133,6 +165,8 @@ def caption_for(stem: str) -> str:
         )
     if stem in FIGURE_CAPTIONS:
         return FIGURE_CAPTIONS[stem]
+    if stem in STUDY_CAPTIONS:
+        return STUDY_CAPTIONS[stem]
     metric = stem.removeprefix("compare_")
     if stem.startswith("compare_") and metric in STEP_METRICS:
         return compare_caption(metric)

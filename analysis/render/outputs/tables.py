@@ -22,6 +22,8 @@ import polars as pl
 
 from ...aggregate.gpu_metrics import TABLE_SCHEMA as GPU_METRICS_SCHEMA
 from ...aggregate.kernels_by_phase import kernels_by_phase
+from ...aggregate.memory import TABLE_SCHEMA as MEMORY_SCHEMA
+from ...aggregate.nccl import nccl_collectives, nccl_collectives_by_phase, nccl_overlap
 from ...aggregate.staleness import STALENESS_SCHEMA
 from ...attribute.idle_causes import IDLE_CAUSE_SCHEMA
 from ...energy.envelope import power_envelope
@@ -89,6 +91,10 @@ def _read_gpu_metrics(path: Path) -> pl.DataFrame:
     return pl.read_csv(path, schema=GPU_METRICS_SCHEMA)
 
 
+def _read_memory(path: Path) -> pl.DataFrame:
+    return pl.read_csv(path, schema=MEMORY_SCHEMA)
+
+
 def has_kernel_columns(analysis: Analysis) -> bool:
     """Whether the analysis holds its GPU activity (a folder whose activity file is gone does not)."""
     names = analysis.gpu_activity.collect_schema().names()
@@ -99,6 +105,24 @@ def _kernels_by_phase(analysis: Analysis, top: int | None) -> pl.DataFrame | Non
     if not has_kernel_columns(analysis):
         return None
     return kernels_by_phase(analysis.gpu_activity, analysis.phases, top=top)
+
+
+def _nccl_overlap(analysis: Analysis, _: int | None) -> pl.DataFrame | None:
+    if not has_kernel_columns(analysis):
+        return None
+    return nccl_overlap(analysis.gpu_activity, analysis.phases, analysis.ranges, analysis.pools)
+
+
+def _nccl_collectives(analysis: Analysis, _: int | None) -> pl.DataFrame | None:
+    if not has_kernel_columns(analysis):
+        return None
+    return nccl_collectives(analysis.gpu_activity, analysis.phases)
+
+
+def _nccl_by_phase(analysis: Analysis, _: int | None) -> pl.DataFrame | None:
+    if not has_kernel_columns(analysis):
+        return None
+    return nccl_collectives_by_phase(analysis.gpu_activity, analysis.phases)
 
 
 _BY_STEP = "the rows of the selected steps"
@@ -161,6 +185,30 @@ TABLES: tuple[OutputTable, ...] = (
         _kernels_by_phase,
         _csv,
         "recomputed from the selected phases and operations",
+    ),
+    OutputTable(
+        "nccl_overlap.csv",
+        "NCCL time per phase row and GPU: union, exposed, overlapped by compute",
+        _nccl_overlap,
+        _csv,
+        "recomputed from the selected phases, ranges and operations",
+        skip_empty=True,
+    ),
+    OutputTable(
+        "nccl_collectives.csv",
+        "NCCL collectives matched across GPUs: per GPU arrival, wait, transfer, straggler",
+        _nccl_collectives,
+        _csv,
+        "recomputed from the selected phases and operations",
+        skip_empty=True,
+    ),
+    OutputTable(
+        "nccl_collectives_by_phase.csv",
+        "per innermost phase: collectives, total wait vs transfer, most frequent straggler",
+        _nccl_by_phase,
+        _csv,
+        "recomputed from the selected phases and operations",
+        skip_empty=True,
     ),
     OutputTable(
         "steps.csv",
@@ -234,6 +282,16 @@ TABLES: tuple[OutputTable, ...] = (
         _BY_STEP,
         field="gpu_metrics",
         read=_read_gpu_metrics,
+        skip_empty=True,
+    ),
+    OutputTable(
+        "memory_per_phase.csv",
+        "device memory in use per (phase row, GPU): on entry, peak, time-weighted mean",
+        lambda a, _: a.memory,
+        _csv,
+        _BY_STEP,
+        field="memory",
+        read=_read_memory,
         skip_empty=True,
     ),
 )

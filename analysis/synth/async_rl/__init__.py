@@ -20,11 +20,10 @@ The ground truth (``ground_truth.json``) is computed from the exported operation
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 
-from ..constants import BASE_UTC_NS
+from ..ray import write_exports, write_truth
 from .config import AsyncConfig, AsyncProcess
 from .export import write_process
 from .model import AsyncBuilder
@@ -44,37 +43,13 @@ def generate_async(
     b = AsyncBuilder(cfg)
     b.build()
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for proc in b.processes:
-        path = out / proc.file
-        write_process(path, b, proc)
-        written.append(path)
+    written = write_exports(
+        out, [(proc.file, partial(write_process, b=b, proc=proc)) for proc in b.processes]
+    )
     if cfg.power:
         b.power_sampler().write_parquet(out / "power_nvml.parquet")
     if with_truth:
-        capture = {
-            "host": cfg.host,
-            "files": [
-                {
-                    "file": p.file,
-                    "role": p.role,
-                    "pool": p.pool,
-                    "pid": p.pid,
-                    "device": None if p.gpu is None else f"GPU-{b.uuids[p.gpu]}",
-                    "session_start_utc_ns": BASE_UTC_NS + p.shift_ns,
-                    "clock_offset_ns": p.shift_ns,
-                }
-                for p in b.processes
-            ],
-        }
-        truth = {
-            "config": asdict(cfg),
-            "notes": list(ASYNC_NOTES),
-            "capture": capture,
-            **async_ground_truth(b),
-        }
-        (out / "ground_truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+        write_truth(out, cfg, ASYNC_NOTES, b.processes, b.uuids, async_ground_truth(b))
     return written
 
 

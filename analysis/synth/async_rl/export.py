@@ -18,18 +18,14 @@ from pathlib import Path
 from nvtx_phases.naming import DOMAIN, phase_color, pool_mark_text, samples_mark_text
 from nvtx_phases.power import clock_mark_text
 
-from ..constants import BASE_UTC_NS
 from ..export import (
     NVTX_DOMAIN_CREATE,
     NVTX_MARK,
     NVTX_RANGE,
-    ExportFile,
-    Process,
     gtid,
     write_export,
 )
-from ..ray.export import RAY_TABLES, SYSTEM_ENV, gpu_row, iso_time
-from ..schema import TABLES
+from ..ray.export import process_spec
 from ..timeline import GpuOp
 from .config import TRAINER_CONTROLLER_PID, AsyncProcess
 from .model import AsyncBuilder
@@ -132,22 +128,13 @@ def nvtx_rows(b: AsyncBuilder, proc: AsyncProcess) -> Callable[[Callable[[str], 
 
 def write_process(path: Path, b: AsyncBuilder, proc: AsyncProcess) -> None:
     """Write one process's export: its own session clock, its GPU as deviceId 0."""
-    cfg = b.cfg
-    utc = BASE_UTC_NS + proc.shift_ns
     ops = traced_ops(b)
-    spec = ExportFile(
-        processes=(Process(proc.pid, proc.name, proc.threads),),
-        tables=RAY_TABLES if proc.gpu is not None else TABLES,
-        shift_ns=proc.shift_ns,
-        session_utc_ns=utc,
-        session_iso=iso_time(utc),
-        duration_ns=b.duration - proc.shift_ns,
-        host=cfg.host,
+    spec = process_spec(
+        proc,
+        host=b.cfg.host,
+        duration_ns=b.duration,
+        uuids=b.uuids,
+        launch_kinds=(o.kind for o in ops if o.pid == proc.pid),
         generated_by=f"nvtx-phases analysis.synth.async_rl (asynchronous capture, {proc.role})",
-        env=(("Hostname", 619, cfg.host), *SYSTEM_ENV),
-        launch_kinds=tuple(sorted({o.kind for o in ops if o.pid == proc.pid})),
-        grid_x=132,  # an H100 SXM5's SMs
-        local_device=True,
-        gpu_row=None if proc.gpu is None else gpu_row(b.uuids, proc.gpu),
     )
     write_export(path, spec, b, clock_marks=False, nvtx=nvtx_rows(b, proc), ops=ops)

@@ -31,8 +31,11 @@ list (numpy clipping and a sort-merge union per physical GPU), independently of 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from ..constants import BASE_UTC_NS
 from .config import (
@@ -59,37 +62,57 @@ def generate_ray(
     b = RayBuilder(cfg)
     b.build()
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for proc in b.processes:
-        path = out / proc.file
-        write_process(path, b, proc)
-        written.append(path)
+    written = write_exports(
+        out, [(proc.file, partial(write_process, b=b, proc=proc)) for proc in b.processes]
+    )
     if cfg.power:
         b.power_sampler().write_parquet(out / "power_nvml.parquet")
     if with_truth:
-        capture = {
-            "host": cfg.host,
-            "files": [
-                {
-                    "file": p.file,
-                    "role": p.role,
-                    "pid": p.pid,
-                    "device": None if p.gpu is None else device_name(b.uuids[p.gpu]),
-                    "session_start_utc_ns": BASE_UTC_NS + p.shift_ns,
-                    "clock_offset_ns": p.shift_ns,
-                }
-                for p in b.processes
-            ],
-        }
-        truth = {
-            "config": asdict(cfg),
-            "notes": list(RAY_NOTES),
-            "capture": capture,
-            **ray_ground_truth(b),
-        }
-        (out / "ground_truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+        write_truth(out, cfg, RAY_NOTES, b.processes, b.uuids, ray_ground_truth(b))
     return written
+
+
+def write_exports(out: Path, files: Sequence[tuple[str, Callable[[Path], None]]]) -> list[Path]:
+    """Write each ``(file name, writer)`` of a capture into ``out`` (created); the paths, in order."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, write in files:
+        write(out / name)
+        written.append(out / name)
+    return written
+
+
+def write_truth(
+    out: Path,
+    cfg: Any,
+    notes: Sequence[str],
+    processes: Sequence[Any],
+    uuids: Sequence[str],
+    truth: dict[str, Any],
+) -> None:
+    """``ground_truth.json`` of a per-process capture: config, notes, each file's clock, truth.
+
+    Each file's row names its process's ``pool`` too where processes have one (async capture).
+    """
+    files = []
+    for p in processes:
+        row: dict[str, Any] = {"file": p.file, "role": p.role}
+        if hasattr(p, "pool"):
+            row["pool"] = p.pool
+        row |= {
+            "pid": p.pid,
+            "device": None if p.gpu is None else device_name(uuids[p.gpu]),
+            "session_start_utc_ns": BASE_UTC_NS + p.shift_ns,
+            "clock_offset_ns": p.shift_ns,
+        }
+        files.append(row)
+    record = {
+        "config": asdict(cfg),
+        "notes": list(notes),
+        "capture": {"host": cfg.host, "files": files},
+        **truth,
+    }
+    (out / "ground_truth.json").write_text(json.dumps(record, indent=1) + "\n")
 
 
 __all__ = [
@@ -101,4 +124,5 @@ __all__ = [
     "generate_ray",
     "nsys_uuid",
     "ray_ground_truth",
+    "write_truth",
 ]

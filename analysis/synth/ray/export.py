@@ -6,8 +6,10 @@ Each process writes its own export on its own session clock, seeing its one GPU 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Protocol
 
 from ..constants import BASE_UTC_NS, VM_ID
 from ..export import ExportFile, Process, write_export
@@ -89,23 +91,70 @@ def gpu_row(uuids: list[str], g: int) -> dict[str, object]:
     }
 
 
-def write_process(path: Path, b: RayBuilder, proc: RayProcess) -> None:
-    """Write one process's export: its own session clock, its GPU as deviceId 0."""
-    cfg = b.cfg
+class CaptureProcess(Protocol):
+    """What one profiled process of a multi-export capture tells its export."""
+
+    @property
+    def pid(self) -> int:
+        """The process id."""
+
+    @property
+    def name(self) -> str:
+        """The process name."""
+
+    @property
+    def threads(self) -> tuple[tuple[int, str], ...]:
+        """Its threads: (tid, name)."""
+
+    @property
+    def gpu(self) -> int | None:
+        """Its physical GPU (None: a CPU process)."""
+
+    @property
+    def shift_ns(self) -> int:
+        """How much later its session started than the first process's."""
+
+
+def process_spec(
+    proc: CaptureProcess,
+    *,
+    host: str,
+    duration_ns: int,
+    uuids: Sequence[str],
+    launch_kinds: Iterable[str],
+    generated_by: str,
+) -> ExportFile:
+    """One process's export file: its own session clock (``shift_ns`` later), its GPU as device 0.
+
+    ``duration_ns`` is the capture's on the first process's clock; ``launch_kinds`` the kinds of
+    the operations the process launched.
+    """
     utc = BASE_UTC_NS + proc.shift_ns
-    spec = ExportFile(
+    return ExportFile(
         processes=(Process(proc.pid, proc.name, proc.threads),),
         tables=RAY_TABLES if proc.gpu is not None else TABLES,
         shift_ns=proc.shift_ns,
         session_utc_ns=utc,
         session_iso=iso_time(utc),
-        duration_ns=b.duration - proc.shift_ns,
-        host=cfg.host,
-        generated_by=f"nvtx-phases analysis.synth.ray (Ray capture, {proc.role})",
-        env=(("Hostname", 619, cfg.host), *SYSTEM_ENV),
-        launch_kinds=tuple(sorted({o.kind for o in b.ops if o.pid == proc.pid})),
+        duration_ns=duration_ns - proc.shift_ns,
+        host=host,
+        generated_by=generated_by,
+        env=(("Hostname", 619, host), *SYSTEM_ENV),
+        launch_kinds=tuple(sorted(set(launch_kinds))),
         grid_x=132,  # an H100 SXM5's SMs
         local_device=True,
-        gpu_row=None if proc.gpu is None else gpu_row(b.uuids, proc.gpu),
+        gpu_row=None if proc.gpu is None else gpu_row(list(uuids), proc.gpu),
     )
-    write_export(path, spec, b, clock_marks=cfg.power)
+
+
+def write_process(path: Path, b: RayBuilder, proc: RayProcess) -> None:
+    """Write one process's export: its own session clock, its GPU as deviceId 0."""
+    spec = process_spec(
+        proc,
+        host=b.cfg.host,
+        duration_ns=b.duration,
+        uuids=b.uuids,
+        launch_kinds=(o.kind for o in b.ops if o.pid == proc.pid),
+        generated_by=f"nvtx-phases analysis.synth.ray (Ray capture, {proc.role})",
+    )
+    write_export(path, spec, b, clock_marks=b.cfg.power)
