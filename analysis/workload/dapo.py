@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 
 from ..errors import WorkloadInputError
-from .lengths import read_json_lines, typed_select
+from .lengths import checked_records, typed_select
 
 DAPO_GLOB = "dapo_filter_indices*.jsonl"
 LAYOUT = "dapo_filter_indices"
@@ -45,13 +45,7 @@ def read_dapo_filter(files: Sequence[Path]) -> pl.DataFrame:
     absent). A malformed or foreign file is a :class:`~analysis.errors.WorkloadInputError`.
     """
     frames = []
-    for file in files:
-        frame = read_json_lines(file)
-        missing = [c for c in REQUIRED if c not in frame.columns]
-        if missing:
-            raise WorkloadInputError(
-                f"{file}: lacks field(s) {', '.join(missing)} of the {LAYOUT} layout"
-            )
+    for file, frame in checked_records(files, REQUIRED, LAYOUT):
         optional = {
             name: (pl.col(name) if name in frame.columns else pl.lit(None)).cast(pl.Int64)
             for name in ("workload_step", "gen_batch_index")

@@ -68,7 +68,7 @@ def _files(paths: Sequence[str | Path], pattern: str) -> list[Path]:
     return found
 
 
-def _records(
+def checked_records(
     files: Sequence[Path], required: Sequence[str], layout: str
 ) -> Iterator[tuple[Path, pl.DataFrame]]:
     """Each JSON-lines file with its records, checked for the ``layout``'s required fields."""
@@ -110,7 +110,7 @@ def read_packed_lengths(paths: Sequence[str | Path]) -> pl.DataFrame:
             .cast(pl.Boolean)
             .alias("validate"),
         )
-        for file, frame in _records(files, PACKED_REQUIRED, "packed_lengths")
+        for file, frame in checked_records(files, PACKED_REQUIRED, "packed_lengths")
     ]
     prompts = pl.concat(frames)
     return (
@@ -139,7 +139,7 @@ def read_reward_timings(paths: Sequence[str | Path]) -> pl.DataFrame | None:
             pl.col("response_mean").cast(pl.Float64),
             pl.col("response_max").cast(pl.Int64),
         )
-        for file, frame in _records(files, REWARD_REQUIRED, "reward_timings")
+        for file, frame in checked_records(files, REWARD_REQUIRED, "reward_timings")
     ]
     return pl.concat(frames).sort("step", "rank")
 

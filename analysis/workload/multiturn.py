@@ -33,7 +33,7 @@ from pathlib import Path
 import polars as pl
 
 from ..errors import WorkloadInputError
-from .lengths import read_json_lines, typed_select
+from .lengths import checked_records, typed_select
 
 MULTITURN_GLOB = "multiturn_workload_step_*.jsonl"
 LAYOUT = "multiturn_workload"
@@ -80,12 +80,7 @@ def _optional(frame: pl.DataFrame, name: str, dtype: DType, default: pl.Expr) ->
 
 
 def _file_samples(file: Path, frame: pl.DataFrame) -> pl.DataFrame:
-    """One file's records, checked, as typed columns (turns and tool calls still nested)."""
-    missing = [c for c in REQUIRED if c not in frame.columns]
-    if missing:
-        raise WorkloadInputError(
-            f"{file}: lacks field(s) {', '.join(missing)} of the {LAYOUT} layout"
-        )
+    """One file's records (required fields checked) as typed columns (turns and calls nested)."""
     turns = _nested(file, frame, "turns", TURN_FIELDS)
     tools = _nested(file, frame, "tool_calls", TOOL_FIELDS)
     has_loss = all(c in frame.columns for c in LOSS_FIELDS)
@@ -139,7 +134,10 @@ def read_multiturn(files: Sequence[Path]) -> pl.DataFrame:
     :class:`~analysis.errors.WorkloadInputError` naming it.
     """
     return pl.concat(
-        [_check_complete(file, _file_samples(file, read_json_lines(file))) for file in files]
+        [
+            _check_complete(file, _file_samples(file, frame))
+            for file, frame in checked_records(files, REQUIRED, LAYOUT)
+        ]
     )
 
 

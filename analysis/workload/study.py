@@ -144,6 +144,15 @@ def _path(base: Path, value: object, where: str) -> Path:
     return path
 
 
+def _known_keys(where: str, table: Mapping[str, object], allowed: frozenset[str]) -> None:
+    """Refuse keys of ``table`` outside ``allowed``, naming them (never accepted and ignored)."""
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise WorkloadInputError(
+            f"{where}: unknown key(s) {', '.join(unknown)} (allowed: {', '.join(sorted(allowed))})"
+        )
+
+
 def parse_study(file: Path) -> Study:
     """Read and check a study TOML; raise :class:`WorkloadInputError` (one line) when it is bad."""
     try:
@@ -152,11 +161,7 @@ def parse_study(file: Path) -> Study:
         raise WorkloadInputError(f"{file}: cannot read ({exc.strerror})") from exc
     except tomllib.TOMLDecodeError as exc:
         raise WorkloadInputError(f"{file}: not valid TOML ({exc})") from exc
-    unknown = sorted(set(data) - TOP_KEYS)
-    if unknown:
-        raise WorkloadInputError(
-            f"{file}: unknown key(s) {', '.join(unknown)} (allowed: {', '.join(sorted(TOP_KEYS))})"
-        )
+    _known_keys(str(file), data, TOP_KEYS)
     entries = data.get("run")
     if not isinstance(entries, list) or not entries:
         raise WorkloadInputError(f"{file}: no [[run]] entries")
@@ -166,11 +171,7 @@ def parse_study(file: Path) -> Study:
         where = f"{file}: run {i}"
         if not isinstance(entry, dict):
             raise WorkloadInputError(f"{where}: must be a table ([[run]])")
-        bad = sorted(set(entry) - RUN_KEYS)
-        if bad:
-            raise WorkloadInputError(
-                f"{where}: unknown key(s) {', '.join(bad)} (allowed: {', '.join(sorted(RUN_KEYS))})"
-            )
+        _known_keys(where, entry, RUN_KEYS)
         label = entry.get("label")
         if not isinstance(label, str) or not label:
             raise WorkloadInputError(f"{where}: needs a label (a non-empty string)")
