@@ -155,6 +155,10 @@ def test_the_real_fully_async_run_gives_no_generation_energy_to_the_trainers_gen
         2: 496,
         3: 248,
     }
+    assert tokens.warnings == (
+        "the VeRL log records the token counts of step(s) 3 more than once: the last "
+        "record's are used",
+    )
     with analyze([ASYNC_RUN / "verl_async.sqlite"]) as run:
         table = tokens_energy(with_step_tokens(run, tokens))
         assert table is not None

@@ -161,10 +161,11 @@ def step_tokens_from_verl(values: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def read_verl_token_logs(paths: Sequence[str | Path]) -> pl.DataFrame:
+def read_verl_token_logs(paths: Sequence[str | Path]) -> tuple[pl.DataFrame, list[str]]:
     """:func:`step_tokens_from_verl` of VeRL logs (run segments in order; the last wins a step).
 
-    A file that cannot be read, or that logs no ``perf/total_num_tokens``, is a one-line error.
+    Also a warning naming the steps whose token counts were logged more than once. A file that
+    cannot be read, or that logs no ``perf/total_num_tokens``, is a one-line error.
     """
     from .verl_logs import VALIDATION_PREFIXES, latest_values, read_log
 
@@ -184,7 +185,23 @@ def read_verl_token_logs(paths: Sequence[str | Path]) -> pl.DataFrame:
     log = log.filter(
         ~pl.any_horizontal(pl.col("key").str.starts_with(p) for p in VALIDATION_PREFIXES)
     )
-    return step_tokens_from_verl(latest_values(log))
+    repeated = (
+        log.filter(pl.col("key") == TOTAL_KEY)
+        .group_by("step")
+        .agg(pl.struct("segment", "record").n_unique().alias("n"))
+        .filter(pl.col("n") > 1)
+        .sort("step")["step"]
+        .to_list()
+    )
+    warnings = (
+        [
+            f"the VeRL log records the token counts of step(s) {', '.join(map(str, repeated))} "
+            "more than once: the last record's are used"
+        ]
+        if repeated
+        else []
+    )
+    return step_tokens_from_verl(latest_values(log)), warnings
 
 
 @dataclass(frozen=True)
@@ -234,8 +251,9 @@ def read_step_tokens(
     from_lengths = (
         step_tokens_from_lengths(read_packed_lengths([lengths])) if lengths is not None else None
     )
-    from_logs = read_verl_token_logs(verl_logs) if verl_logs else None
+    from_logs, repeated = read_verl_token_logs(verl_logs) if verl_logs else (None, [])
     frame, warnings = combine(from_lengths, from_logs)
+    warnings = [*repeated, *warnings]
     inputs: tuple[tuple[str, Path], ...] = ((LENGTHS, Path(lengths)),) if lengths else ()
     inputs += tuple((VERL_LOG, Path(p)) for p in verl_logs)
     return StepTokens(frame, inputs, tuple(warnings))
