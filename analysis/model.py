@@ -114,7 +114,7 @@ class EnergyTotals:
 class InputFile:
     """A file the analysis read, as it was then: absolute path, size and modification time."""
 
-    kind: str  # "trace", "power" or "phase_map"
+    kind: str  # "trace", "power", "phase_map", or a token source: "lengths", "verl_log"
     path: str
     size_bytes: int | None  # None: it could not be read (gone, or not a file)
     mtime_utc: str | None  # ISO 8601, UTC
@@ -324,6 +324,10 @@ class Analysis:
     #: max_lag, stale_share, sample_versions``; :mod:`analysis.aggregate.staleness`); None
     #: without samples marks.
     staleness: pl.DataFrame | None = None
+    #: Tokens per step (``step, prompt_tokens, response_tokens, total_tokens, n_sequences,
+    #: source, note``; :mod:`analysis.workload.tokens`) from length records or VeRL logs; None
+    #: when none were given.
+    step_tokens: pl.DataFrame | None = None
     #: What the analysis noticed about its inputs that changes no number (e.g. no GPU metrics
     #: captured); the commands print them as notes. Not saved.
     notes: tuple[str, ...] = field(default=(), compare=False)

@@ -253,17 +253,21 @@ def test_lengths_and_fidelity_commands(small, tmp_path):
 
 
 def test_energy_per_generated_token(tmp_path):
-    from nvtx_phases.analysis.workload.stragglers import energy_per_token
+    from nvtx_phases.analysis.workload.token_energy import energy_per_token
+    from nvtx_phases.analysis.workload.tokens import step_tokens_from_lengths
 
     path = generate(tmp_path / "run.sqlite", SynthConfig(steps=2, ranks=2, kernels_per_phase=4))[0]
     result = analyze([path])
-    stats = length_stats(read_packed_lengths([tmp_path / "run_lengths"]))
-    table = energy_per_token(result, stats)
+    responses = read_packed_lengths([tmp_path / "run_lengths"])
+    stats = length_stats(responses)
+    table = energy_per_token(result, step_tokens_from_lengths(responses))
     gen = result.phases.filter(pl.col("path") == "step/gen").sort("step")["energy_j"]
     assert table["tokens"].to_list() == stats["tokens"].to_list()
     assert (table["gen_energy_j"] - gen).abs().max() < 1e-12
     assert (table["gen_j_per_token"] - gen / stats["tokens"]).abs().max() < 1e-15
-    no_power = energy_per_token(analyze([path], power_files=[]), stats)
+    no_power = energy_per_token(
+        analyze([path], power_files=[]), step_tokens_from_lengths(responses)
+    )
     assert no_power["gen_j_per_token"].null_count() == 2  # null, not zero, without power
 
 

@@ -118,6 +118,24 @@ SpillDir = Annotated[
     ),
 ]
 
+VerlLogs = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--verl-log",
+        help="VeRL's console log or file-logger JSON lines of the run (repeat for resumed "
+        "segments, in order): tokens per step from perf/total_num_tokens and the prompt and "
+        "response length means, for tokens_energy.csv (J per token per phase).",
+    ),
+]
+TokenLengths = Annotated[
+    Path | None,
+    typer.Option(
+        "--lengths",
+        help="Response-length records (PolyTrace layout) of the run: tokens per step for "
+        "tokens_energy.csv (used over --verl-log where both give a step).",
+    ),
+]
+
 TopKernels = Annotated[
     int,
     typer.Option(
@@ -223,12 +241,16 @@ def analyze(
     strip_args: StripArgs = False,
     detail_steps: DetailSteps = None,
     pool: PoolOption = None,
+    verl_log: VerlLogs = None,
+    lengths: TokenLengths = None,
 ) -> None:
     """Attribute GPU kernels, NCCL, memcpy, memset and energy to NVTX phases, per step and rank.
 
     Writes OUT/phases.parquet|csv, phase_devices.parquet, gpu_activity.parquet, kernels.csv,
     kernels_by_phase.csv, steps.csv and summary.json, then prints the per-step phase table.
     With power samples, the phases also get energy_j, avg/peak power and energy above idle.
+    With --verl-log or --lengths, step_tokens.csv and tokens_energy.csv: tokens, J per token and
+    tokens per J per phase and step, inference-type vs training-type mean power.
     """
     if engine not in ("process", "ray"):
         raise fail(f"--engine must be 'process' or 'ray', not '{engine}'")
@@ -260,6 +282,8 @@ def analyze(
             command_line=command_line(ctx),
             detail_steps=detail_steps,
             draw_workers=default_workers(),
+            lengths=lengths,
+            verl_logs=verl_log or (),
             reporter=reporter,
         ),
         out,
@@ -294,11 +318,13 @@ def report(
     all_ranges: AllRanges = False,
     strip_args: StripArgs = False,
     pool: PoolOption = None,
+    verl_log: VerlLogs = None,
 ) -> None:
     """Write report.html (self-contained) and report.md: metadata, phase table, figures, warnings.
 
     With response-length records, also length statistics per step and rollout stragglers; with
-    multi-turn or DAPO-filter records, their tables.
+    multi-turn or DAPO-filter records, their tables; with length records or --verl-log, tokens
+    and energy per phase and step (J per token, inference vs training power).
     --phase-map, --all-ranges and --strip-args apply to traces (as with analyze); an analysis
     folder keeps the options it was analyzed with.
     """
@@ -322,6 +348,7 @@ def report(
             options,
             lengths=lengths,
             cap=cap,
+            verl_logs=verl_log or (),
             command_line=command_line(ctx),
             detail_steps=detail_steps,
             draw_workers=default_workers(),

@@ -53,7 +53,7 @@ def saved_envelope_figure(result: Analysis, saved: Path, figures: Path, drawing:
 def length_sections(
     result: Analysis, length_dir: Path, cap: int | None, figures: Path, drawing: Drawing
 ) -> tuple[list[Section], list[str]]:
-    """The report's length, straggler, energy-per-token, multi-turn and DAPO sections, and notes.
+    """The report's length, straggler, multi-turn and DAPO sections, and what to warn of.
 
     The figures go to ``drawing`` with the cap used (given, or inferred from the records); the
     warnings name length records of steps the run lacks and run steps without records; the
@@ -76,8 +76,7 @@ def length_sections(
         sections += [
             ("Response lengths per step", tables.stats),
             ("Rollout stragglers", tables.tails),
-            ("Energy per generated token", tables.energy),
-        ]
+        ]  # energy per token: token_sections, from the same records
         warnings += tables.warnings
     rollouts = compute_rollout_tables(files)
     sections += [

@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from ..model import Analysis
     from ..options import AnalyzeOptions
     from ..render.figures.drawing import Drawing
+    from ..render.report.units import Section
+    from ..workload.tokens import StepTokens
 
 from ..errors import one_line
 from .common import QUIET, Reporter
@@ -157,6 +159,8 @@ def analyze_to(
     command_line: Sequence[str] | None = None,
     detail_steps: str | None = None,
     draw_workers: int = 0,
+    lengths: Path | None = None,
+    verl_logs: Sequence[Path] = (),
     reporter: Reporter = QUIET,
     **changes: Any,
 ) -> AnalysisOutputs:
@@ -168,16 +172,20 @@ def analyze_to(
     ``command_line``: the CLI's, for the provenance in ``summary.json``. ``detail_steps``: the
     steps of the power detail figure (``--steps`` syntax; checked against the run's steps before
     anything is written); ``draw_workers``: processes drawing the figures meanwhile (0: here;
-    see :mod:`analysis.render.figures.drawing`).
+    see :mod:`analysis.render.figures.drawing`). ``lengths`` (length records) and ``verl_logs``:
+    the run's tokens per step (:func:`analysis.workload.tokens.read_step_tokens`; read before the
+    analysis, so bad input fails first), for ``step_tokens.csv`` and ``tokens_energy.csv``.
     """
     from ..options import options_from
     from ..render.figures.drawing import Drawing
     from ..render.outputs.files import check_output_folder
     from ..run.pipeline import analyze
+    from ..workload.tokens import with_step_tokens
 
     opts = options_from(options, changes)
     check_output_folder(out)  # before exporting .nsys-rep reports and analyzing
     _check_detail_syntax(detail_steps)
+    tokens = _read_tokens(lengths, verl_logs)
     files = resolve_traces(traces, reporter)
     with ExitStack() as stack:
         # started now, the drawing workers import matplotlib while the traces are read
@@ -188,7 +196,7 @@ def analyze_to(
             reporter.note(line)
         with ExitStack() as on_error:
             on_error.callback(result.close)
-            result = _invoked(result, command_line, top_kernels)
+            result = _invoked(with_step_tokens(result, tokens), command_line, top_kernels)
             if drawing is not None and detail_steps:
                 from ..aggregate.step_stack import check_detail_steps
 
@@ -230,6 +238,7 @@ def build_report(
     *,
     lengths: Path | None = None,
     cap: int | None = None,
+    verl_logs: Sequence[Path] = (),
     command_line: Sequence[str] | None = None,
     detail_steps: str | None = None,
     draw_workers: int = 0,
@@ -241,9 +250,9 @@ def build_report(
     ``inputs``: an analysis folder, or the run's traces (then their tables are written too,
     with ``command_line`` in the provenance). ``lengths``: response-length records (default:
     :func:`~analysis.jobs.lengths_dir.lengths_beside`) add length, straggler and
-    energy-per-token sections; ``cap``: the rollout's max response length. ``options`` (or
-    keywords): as :func:`analyze_to`'s; with an analysis folder only ``steps`` applies (the
-    phase options are refused).
+    tokens-and-energy sections (as ``verl_logs`` do); ``cap``: the rollout's max response
+    length. ``options`` (or keywords): as :func:`analyze_to`'s; with an analysis folder only
+    ``steps`` applies (the phase options are refused).
     """
     from ..options import options_from
     from ..render.figures.drawing import Drawing
@@ -256,9 +265,6 @@ def build_report(
     )
     from ..render.outputs.tables import TABLE_NAMES
     from ..render.report.document import write_report
-    from ..render.report.kernels import kernel_sections
-    from ..render.report.memory import memory_sections
-    from ..render.report.pools import pool_sections
 
     opts = options_from(options, changes)
     check_output_folder(out)  # before a long analysis, not after it
@@ -266,6 +272,7 @@ def build_report(
     folder = analysis_folder(inputs)
     if folder is not None:
         refuse_trace_options(folder, opts)  # before a long analysis
+    tokens = _read_tokens(lengths, verl_logs)  # bad input fails before a long analysis
     with (
         Drawing(draw_workers) as drawing,  # its workers import matplotlib while the run is read
         open_run(inputs, opts, reporter=reporter) as result,
@@ -274,6 +281,8 @@ def build_report(
             from ..aggregate.step_stack import check_detail_steps
 
             check_detail_steps(result.steps, detail_steps)  # before anything is written
+        length_dir = lengths or lengths_beside(inputs, result)
+        result = _with_tokens(result, tokens, length_dir, reporter)
         # out ends up holding this run's files only; an analysis drawn from out itself stays
         keep = TABLE_NAMES if folder is not None and same_folder(folder, out) else ()
         with output_folder(out, keep=keep) as session:
@@ -287,10 +296,7 @@ def build_report(
                 session.add(write_outputs(_invoked(result, command_line, 10), out, on_frame=draw))
             else:
                 saved_envelope_figure(result, folder, out / "figures", drawing)
-            # an asynchronous run's pools first, then the kernels (saved in the folder, else computed)
-            sections = pool_sections(result) + kernel_sections(result, folder)
-            sections += memory_sections(result)
-            length_dir = lengths or lengths_beside(inputs, result)
+            sections = _run_sections(result, folder)
             if length_dir is not None:
                 found, warned = length_sections(result, length_dir, cap, out / "figures", drawing)
                 sections += found
@@ -300,6 +306,46 @@ def build_report(
             reporter.stage("drawing figures")
             figures = session.add(drawing.drawn())
             return session.add(write_report(result, out, figures, sections))
+
+
+def _run_sections(result: Analysis, folder: Path | None) -> list[Section]:
+    """The report's sections of the run itself, in order.
+
+    An asynchronous run's pools first, then the kernels (saved in the analysis folder, else
+    computed), memory, tokens and energy.
+    """
+    from ..render.report.kernels import kernel_sections
+    from ..render.report.memory import memory_sections
+    from ..render.report.pools import pool_sections
+    from ..render.report.tokens import token_sections
+
+    sections = pool_sections(result) + kernel_sections(result, folder)
+    return sections + memory_sections(result) + token_sections(result)
+
+
+def _read_tokens(lengths: Path | None, verl_logs: Sequence[Path]) -> StepTokens | None:
+    """:func:`analysis.workload.tokens.read_step_tokens` (None when neither is given)."""
+    from ..workload.tokens import read_step_tokens
+
+    return read_step_tokens(lengths=lengths, verl_logs=verl_logs)
+
+
+def _with_tokens(
+    result: Analysis, tokens: StepTokens | None, length_dir: Path | None, reporter: Reporter
+) -> Analysis:
+    """``result`` with the report's tokens per step: those given, else the length records found.
+
+    Without either, an analysis folder keeps its own ``step_tokens``. Their warnings are noted.
+    """
+    from ..workload.tokens import read_step_tokens, with_step_tokens
+
+    if tokens is None and length_dir is not None:
+        tokens = read_step_tokens(lengths=length_dir)
+    before = len(result.warnings)
+    result = with_step_tokens(result, tokens)
+    for line in result.warnings[before:]:
+        reporter.note(f"warning: {line}")
+    return result
 
 
 def _check_detail_syntax(detail_steps: str | None) -> None:

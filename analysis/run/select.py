@@ -114,6 +114,9 @@ def select_steps(analysis: Analysis, spec: str | StepSpec) -> Analysis:
         staleness=None
         if analysis.staleness is None
         else analysis.staleness.filter(pl.col("step").is_in(chosen)),
+        step_tokens=None
+        if analysis.step_tokens is None
+        else analysis.step_tokens.filter(pl.col("step").is_in(chosen)),
         gpu_activity=activity,
         kernels=_kernels(activity, analysis.kernels),
         steps=steps,

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 import polars as pl
 
 from ..energy.samples import PowerData, cumulative_energy, energy_at
-from ..model import PROJECTION, WINDOW, Analysis
+from ..model import PROJECTION, Analysis
 from .lengths import CapChoice, length_stats, resolve_cap, step_coverage
+from .token_energy import energy_per_token
+from .tokens import step_tokens_from_lengths
 
 GENERATION_PHASES = ("generate_sequences", "generation")
 
@@ -113,43 +115,14 @@ def phase_imbalance(analysis: Analysis) -> pl.DataFrame:
     )
 
 
-def energy_per_token(analysis: Analysis, lengths_stats: pl.DataFrame) -> pl.DataFrame:
-    """Per step: generated tokens, energy of ``gen`` and of the whole step, J/token, tokens/J.
-
-    Tokens are the response lengths recorded for the step; energies are the window scheme's
-    (every sampled GPU). Null where the run has no power samples.
-    """
-    window = analysis.phases.filter(
-        (pl.col("attribution") == WINDOW) & pl.col("path").is_in(["step", "step/gen"])
-    )
-    energy = window.group_by("step").agg(
-        pl.col("energy_j").filter(pl.col("path") == "step/gen").sum().alias("gen_energy_j"),
-        pl.col("energy_j").filter(pl.col("path") == "step").sum().alias("step_energy_j"),
-        pl.col("energy_j").is_not_null().any().alias("_has"),
-    )
-    return (
-        lengths_stats.select("step", "tokens")
-        .join(energy, on="step", how="left")
-        .with_columns(
-            pl.when(pl.col("_has")).then(pl.col("gen_energy_j")).alias("gen_energy_j"),
-            pl.when(pl.col("_has")).then(pl.col("step_energy_j")).alias("step_energy_j"),
-        )
-        .with_columns(
-            (pl.col("gen_energy_j") / pl.col("tokens")).alias("gen_j_per_token"),
-            (pl.col("tokens") / pl.col("gen_energy_j")).alias("tokens_per_gen_j"),
-            (pl.col("step_energy_j") / pl.col("tokens")).alias("step_j_per_token"),
-        )
-        .drop("_has")
-        .sort("step")
-    )
-
-
 @dataclass(frozen=True)
 class RunLengths:
     """A run's response-length tables, computed once for ``lengths analyze --run`` and ``report``.
 
     ``stats``: :func:`~analysis.workload.lengths.length_stats` with ``cap`` (given or inferred);
-    ``tails``: :func:`generation_tails`; ``energy``: :func:`energy_per_token`; ``warnings``: one
+    ``tails``: :func:`generation_tails`; ``energy``:
+    :func:`~analysis.workload.token_energy.energy_per_token` (the tokens-and-energy table's
+    ``gen`` and step rows, tokens from the records); ``warnings``: one
     line each where the records' steps and the run's do not match
     (:func:`~analysis.workload.lengths.step_coverage`).
     """
@@ -182,6 +155,6 @@ def run_lengths(
         stats=stats,
         cap=choice,
         tails=generation_tails(analysis, stats),
-        energy=energy_per_token(analysis, stats),
+        energy=energy_per_token(analysis, step_tokens_from_lengths(responses)),
         warnings=warnings,
     )

@@ -28,6 +28,8 @@ from ...aggregate.staleness import STALENESS_SCHEMA
 from ...attribute.idle_causes import IDLE_CAUSE_SCHEMA
 from ...energy.envelope import power_envelope
 from ...model import Analysis, RunSummary
+from ...workload.token_energy import tokens_energy
+from ...workload.tokens import STEP_TOKENS_SCHEMA
 
 #: what a table's ``frame`` returns: a frame, a lazy frame, the summary, or None (not written)
 Frame = Any
@@ -255,6 +257,23 @@ TABLES: tuple[OutputTable, ...] = (
         _BY_STEP,
         field="staleness",
         read=lambda path: pl.read_csv(path, schema=STALENESS_SCHEMA),
+    ),
+    OutputTable(
+        "step_tokens.csv",
+        "tokens per step (prompt, response) from length records or VeRL logs, when given",
+        lambda a, _: a.step_tokens,
+        _csv,
+        "the selected steps' rows",
+        field="step_tokens",
+        read=lambda path: pl.read_csv(path, schema=STEP_TOKENS_SCHEMA),
+    ),
+    OutputTable(
+        "tokens_energy.csv",
+        "per step and phase: tokens, energy, J/token, tokens/J; inference vs training power",
+        lambda a, _: tokens_energy(a),
+        _csv,
+        "recomputed from the selected phase rows and tokens",
+        skip_empty=True,
     ),
     OutputTable(
         "summary.json",
