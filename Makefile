@@ -50,7 +50,8 @@ study-demo: $(BASE)
 	mkdir -p $(OUT)/study_demo/runs
 	$(BIN)/nvtx-phases synth $(OUT)/study_demo/runs/rule_4gpu.sqlite --ranks 4 > /dev/null
 	$(BIN)/nvtx-phases synth $(OUT)/study_demo/runs/rm_4gpu.sqlite --ranks 4 --reward-model > /dev/null
-	sed 's|@SAMPLES@|$(CURDIR)/traces_sample|' traces_sample/study_demo.toml > $(OUT)/study_demo/study.toml
+	sed -e 's|@SAMPLES@|$(CURDIR)/traces_sample|' -e 's|@REPO@|$(CURDIR)|' traces_sample/study_demo.toml \
+		> $(OUT)/study_demo/study.toml
 	$(BIN)/nvtx-phases study $(OUT)/study_demo/study.toml --out $(OUT)/study_demo
 	@echo "report: $(OUT)/study_demo/report.html   table: $(OUT)/study_demo/study.csv"
 

@@ -13,15 +13,22 @@ from .app import app, console, out_option, print_written, spinner
 @app.command()
 def study(
     file: Annotated[
-        Path, typer.Argument(help="Study TOML: [[run]] entries with path(s), label, axes.")
+        Path,
+        typer.Argument(
+            help="Study TOML: [[run]] entries with a label, axes and path(s) (traces or an "
+            "analysis folder), verl_log (VeRL logs) and/or lengths (records); optional power, "
+            "phase_map, all_ranges."
+        ),
     ],
     out: Annotated[Path, out_option("Folder for the study.")] = Path("study"),
 ) -> None:
     """Compare a study's runs per phase along its axes (policy, reward, task, hardware, n_gpus, …).
 
-    Writes study.csv (one row per run × phase × metric, the axes as columns), figures/ (one per
-    question: phase signature, reward cost, response lengths, scaling), report.html and report.md. Only
-    phases shared by the compared runs are kept; runs left out are named with the reason.
+    Writes study.csv (one row per run × phase × metric, the axes as columns; metric definitions
+    in study_metrics.csv), figures/ (one per question: phase signature, reward cost, energy per
+    token, response lengths, scaling), report.html and report.md. A phase is compared between the
+    runs that have it; runs sharing none are left out, named with the reason. Runs of VeRL logs
+    or records alone carry what those give (timers, logged memory; lengths, multi-turn, DAPO).
     """
     from rich.table import Table
 

@@ -1,118 +1,44 @@
 """Studies: labelled runs with axes (policy, reward, task, hardware, n_gpus, …) in one tidy table.
 
-A study file (TOML) lists runs; each ``[[run]]`` has ``path`` (or ``paths``), ``label`` and an
-``axes`` table, optionally ``lengths`` and ``power``. Relative paths resolve against
+A study file (TOML) lists runs; each ``[[run]]`` has a ``label``, an ``axes`` table and its
+inputs: ``path`` (or ``paths``: traces or an analysis folder), ``verl_log`` (one file or a list:
+VeRL's console or file logs: tokens per step for a trace, or alone the run's phase timers and
+logged memory), ``lengths`` (a folder of length, multi-turn or DAPO records; alone, a run of
+records), ``power``, and for traces ``phase_map`` and ``all_ranges`` (as ``analyze``'s options).
+At least one of path(s), verl_log, lengths. Relative paths resolve against
 the file's folder; nothing in the file is executed. :func:`parse_study` checks it (unknown keys,
 missing paths, duplicate labels: one :class:`~analysis.errors.WorkloadInputError` line).
 
-:func:`tidy_table` turns each run's per-step phase metrics (:func:`analysis.workload.compare.
-run_metrics`, the same definitions ``compare`` uses) into one row per run × phase × metric with
-the axes as columns. Only phases every compared run has are kept; runs sharing none of them with
-the others are left out, each with its reason (:func:`shared_runs`).
-
-The metrics come from one registry, :data:`STUDY_METRICS`. A new per-phase quantity (a helper's
-``tokens_energy.csv`` or ``memory_by_phase.csv``) is one :class:`StudyMetric` entry naming its
-source table and column, and a loader for that source in :data:`SOURCES`.
+:func:`tidy_table` turns each loaded run (:class:`~.study_sources.LoadedRun`) into one row per
+run × phase × metric with the axes as columns, the metrics of :data:`~.study_sources.
+STUDY_METRICS`. A phase is compared between the runs that have it: a phase only one run has is
+left out of the table (:func:`compared_phases`), and a run sharing no phase with the others is
+left out with its reason (:func:`shared_runs`); a run of records alone has run metrics only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import tomllib
 
-from nvtx_phases.naming import PATH_SEP, STEP
-
-from ..aggregate.shares import share_over_steps, step_shares
-from ..aggregate.steps import STEP_METRICS, over_steps
 from ..errors import WorkloadInputError
-from ..model import WINDOW, Analysis
-from .compare import KEYS, run_metrics
+from .compare import KEYS
+from .study_metrics import STUDY_METRICS
+from .study_sources import SOURCES, TRACE, LoadedRun
 
 #: the axes every study names (a run may add its own)
 KNOWN_AXES = ("policy", "reward", "task", "hardware", "n_gpus")
 #: the keys a ``[[run]]`` may have
-RUN_KEYS = frozenset({"path", "paths", "label", "axes", "lengths", "power"})
+RUN_KEYS = frozenset(
+    {"path", "paths", "label", "axes", "lengths", "power", "verl_log", "phase_map", "all_ranges"}
+)
 #: the top-level keys of a study file
 TOP_KEYS = frozenset({"title", "run"})
-
-
-@dataclass(frozen=True)
-class StudyMetric:
-    """One quantity of the tidy table: its name, unit, definition and where it comes from."""
-
-    name: str
-    unit: str
-    definition: str
-    source: str  #: the table it is read from (``phase_steps``: analyze's per-step phase table)
-    column: str
-
-
-#: every metric of the tidy table, one entry each. ``phase_steps`` metrics are the medians over
-#: steps of :data:`analysis.aggregate.steps.STEP_METRICS` (compare's definitions). To add e.g.
-#: tokens per joule: ``StudyMetric("tokens_per_j", "tok/J", "…", "tokens_energy", "tokens_per_j")``
-#: plus a ``SOURCES["tokens_energy"]`` loader returning ``path, attribution, <column>``.
-STUDY_METRICS: tuple[StudyMetric, ...] = (
-    *(
-        StudyMetric(name, unit, f"{text}, median over steps", "phase_steps", name)
-        for name, (text, unit) in STEP_METRICS.items()
-    ),
-    *(
-        StudyMetric(
-            f"{what}_share_pct",
-            "%",
-            f"the phase's {what} / its step's {what} × 100, median over steps",
-            "step_shares",
-            f"{what}_share_pct",
-        )
-        for what in ("time", "energy")
-    ),
-)
-
-#: per source table, how to read ``path, attribution, n_steps`` + its metric columns from a run
-Source = Callable[[str, Analysis], pl.DataFrame]
-
-
-def _phase_steps(label: str, analysis: Analysis) -> pl.DataFrame:
-    """Median per phase over steps (``n_steps`` null for a run without step ranges).
-
-    A run without GPUs (a CPU capture) has only its wall times: its GPU figures are null.
-    """
-    per_step, whole = run_metrics(label, analysis)
-    wide = over_steps(per_step)
-    if analysis.summary.n_devices == 0:  # no GPU in the capture: its GPU figures are unknown, not 0
-        wide = wide.with_columns(
-            pl.lit(None, dtype=pl.Float64).alias(c)
-            for c in STEP_METRICS
-            if c != "wall_ms" and c in wide.columns
-        )
-    if whole:
-        wide = wide.with_columns(pl.lit(None, dtype=pl.Int64).alias("n_steps"))
-    return wide
-
-
-def _step_shares(label: str, analysis: Analysis) -> pl.DataFrame:
-    """The median over steps of each direct phase's share of its step (time and energy, %).
-
-    :func:`analysis.aggregate.shares.step_shares` then ``share_over_steps``: the one definition
-    of a share; rows under the attribution of the run's ``step`` rows.
-    """
-    phases = analysis.phases
-    over = share_over_steps(step_shares(phases))
-    steps = phases.filter(pl.col("path") == STEP)["attribution"].unique().sort()
-    return over.select(
-        (pl.lit(STEP + PATH_SEP) + pl.col("canonical")).alias("path"),
-        pl.lit(steps[0] if steps.len() else WINDOW).alias("attribution"),
-        "n_steps",
-        pl.col("time_share_median").alias("time_share_pct"),
-        pl.col("energy_share_median").alias("energy_share_pct"),
-    )
-
-
-SOURCES: dict[str, Source] = {"phase_steps": _phase_steps, "step_shares": _step_shares}
 
 
 @dataclass(frozen=True)
@@ -120,10 +46,13 @@ class StudyRun:
     """One run of a study: its inputs, label and axes (values as the file gives them)."""
 
     label: str
-    paths: tuple[Path, ...]
+    paths: tuple[Path, ...]  #: traces or an analysis folder; empty for a run of logs or records
     axes: dict[str, str | int | float | bool]
     lengths: Path | None = None
     power: Path | None = None
+    verl_logs: tuple[Path, ...] = ()
+    phase_map: Path | None = None  #: as ``analyze --phase-map``
+    all_ranges: bool = False  #: as ``analyze --all-ranges``
 
 
 @dataclass(frozen=True)
@@ -176,24 +105,40 @@ def parse_study(file: Path) -> Study:
         if not isinstance(label, str) or not label:
             raise WorkloadInputError(f"{where}: needs a label (a non-empty string)")
         where = f"{file}: run {label!r}"
-        if ("path" in entry) == ("paths" in entry):
-            raise WorkloadInputError(f"{where}: give exactly one of path or paths")
-        raw = entry["paths"] if "paths" in entry else [entry["path"]]
-        if not isinstance(raw, list) or not raw:
+        if "path" in entry and "paths" in entry:
+            raise WorkloadInputError(f"{where}: give one of path or paths, not both")
+        if not ({"path", "paths", "verl_log", "lengths"} & set(entry)):
+            raise WorkloadInputError(f"{where}: needs path, paths, verl_log or lengths")
+        raw = entry["paths"] if "paths" in entry else [entry["path"]] if "path" in entry else []
+        if not isinstance(raw, list) or ("paths" in entry and not raw):
             raise WorkloadInputError(f"{where}: paths must be a non-empty list")
+        logs = entry.get("verl_log", [])
+        logs = [logs] if isinstance(logs, str) else logs
+        if not isinstance(logs, list) or ("verl_log" in entry and not logs):
+            raise WorkloadInputError(f"{where}: verl_log must be a path or a non-empty list")
         axes = entry.get("axes", {})
         if not isinstance(axes, dict) or any(
             not isinstance(v, str | int | float | bool) for v in axes.values()
         ):
             raise WorkloadInputError(f"{where}: axes must be a table of plain values")
-        optional = {
-            k: _path(base, entry[k], f"{where} {k}") for k in ("lengths", "power") if k in entry
+        for key in ("power", "phase_map", "all_ranges"):
+            if key in entry and not raw:
+                raise WorkloadInputError(f"{where}: {key} needs the run's traces (path or paths)")
+        if not isinstance(entry.get("all_ranges", False), bool):
+            raise WorkloadInputError(f"{where}: all_ranges must be true or false")
+        optional: dict[str, Any] = {
+            k: _path(base, entry[k], f"{where} {k}")
+            for k in ("lengths", "power", "phase_map")
+            if k in entry
         }
+        if "all_ranges" in entry:
+            optional["all_ranges"] = entry["all_ranges"]
         runs.append(
             StudyRun(
                 label=label,
                 paths=tuple(_path(base, p, where) for p in raw),
                 axes=dict(axes),
+                verl_logs=tuple(_path(base, p, f"{where} verl_log") for p in logs),
                 **optional,
             )
         )
@@ -229,56 +174,84 @@ def shared_runs(phases: Mapping[str, set[tuple[str, str]]]) -> tuple[list[str], 
     return kept, left
 
 
-def tidy_table(
-    study: Study, analyses: Mapping[str, Analysis]
-) -> tuple[pl.DataFrame, dict[str, str]]:
+def compared_phases(phases: Mapping[str, set[tuple[str, str]]]) -> set[tuple[str, str]]:
+    """The phases (path, attribution) of two or more of ``phases``' runs; all of a lone run's."""
+    if len(phases) == 1:
+        return set(next(iter(phases.values())))
+    seen: dict[tuple[str, str], int] = {}
+    for keys in phases.values():
+        for key in keys:
+            seen[key] = seen.get(key, 0) + 1
+    return {key for key, n in seen.items() if n >= 2}
+
+
+def _rows(
+    study: Study, run: LoadedRun, frames: Mapping[str, pl.DataFrame], keep: set[tuple[str, str]]
+) -> list[pl.DataFrame]:
+    """The tidy rows of one run: each metric its source has, phase metrics on ``keep`` only."""
+    axes = next(r.axes for r in study.runs if r.label == run.label)
+    kept = pl.DataFrame(sorted(keep), schema=KEYS, orient="row").to_struct().implode()
+    rows = []
+    for metric in STUDY_METRICS:
+        src = frames.get(metric.source)
+        if src is None or metric.column not in src.columns:
+            continue
+        if metric.scope == "phase":
+            src = src.filter(pl.struct(KEYS).is_in(kept))
+        rows.append(
+            src.select(
+                pl.lit(run.label).alias("run"),
+                *[
+                    pl.lit(None if a not in axes else str(axes[a]), pl.String).alias(a)
+                    for a in study.axes
+                ],
+                *KEYS,
+                pl.col("n_steps").cast(pl.Int64)
+                if "n_steps" in src.columns
+                else pl.lit(None, pl.Int64).alias("n_steps"),
+                pl.lit(metric.name).alias("metric"),
+                pl.lit(metric.unit).alias("unit"),
+                pl.col(metric.column).cast(pl.Float64).alias("value"),
+                pl.col("input") if "input" in src.columns else pl.lit(TRACE).alias("input"),
+            )
+        )
+    return rows
+
+
+def tidy_table(study: Study, runs: Mapping[str, LoadedRun]) -> tuple[pl.DataFrame, dict[str, str]]:
     """(tidy, left out): one row per run × phase × metric, with the axes as columns.
 
     Columns: ``run``, each axis (as a string), ``path, attribution, n_steps, metric, unit,
-    value``. Only phases every kept run has are in it. Runs whose phases could not be read (no
-    phases) or share none are left out with the reason.
+    value, input`` (``trace``, ``verl_log`` or ``records``: what the value was read from). Phase metrics of the phases two or more kept runs have (:func:`compared_phases`);
+    run metrics of every run. Runs whose phases could not be read, or that share none with
+    the others, are left out with the reason.
     """
     left: dict[str, str] = {}
-    wides: dict[str, dict[str, pl.DataFrame]] = {}
-    for label, analysis in analyses.items():
+    frames: dict[str, dict[str, pl.DataFrame]] = {}
+    for label, run in runs.items():
         try:
-            wides[label] = {name: load(label, analysis) for name, load in SOURCES.items()}
+            loaded = {name: load(run) for name, load in SOURCES.items()}
         except WorkloadInputError as exc:
             left[label] = str(exc)
-    if not wides:
-        raise WorkloadInputError("no run of the study has phases to compare")
-    phases = {label: set(w["phase_steps"].select(KEYS).rows()) for label, w in wides.items()}
-    kept, more = shared_runs(phases)
+            continue
+        frames[label] = {k: v for k, v in loaded.items() if v is not None}
+    with_phases = {
+        label: set(f["phase_steps"].select(KEYS).rows())
+        for label, f in frames.items()
+        if "phase_steps" in f
+    }
+    kept, more = shared_runs(with_phases) if with_phases else ([], {})
     left.update(more)
-    common = set.intersection(*(phases[x] for x in kept))
-    by_label = {r.label: r for r in study.runs}
-    rows = []
-    for label in kept:
-        run = by_label[label]
-        for metric in STUDY_METRICS:
-            src = wides[label][metric.source]
-            if metric.column not in src.columns:
-                continue
-            rows.append(
-                src.filter(
-                    pl.struct(KEYS).is_in(
-                        pl.DataFrame(sorted(common), schema=KEYS, orient="row")
-                        .to_struct()
-                        .implode()
-                    )
-                ).select(
-                    pl.lit(label).alias("run"),
-                    *[
-                        pl.lit(None if a not in run.axes else str(run.axes[a]), pl.String).alias(a)
-                        for a in study.axes
-                    ],
-                    *KEYS,
-                    pl.col("n_steps").cast(pl.Int64)
-                    if "n_steps" in src.columns
-                    else pl.lit(None, pl.Int64).alias("n_steps"),
-                    pl.lit(metric.name).alias("metric"),
-                    pl.lit(metric.unit).alias("unit"),
-                    pl.col(metric.column).cast(pl.Float64).alias("value"),
-                )
-            )
+    keep = compared_phases({x: with_phases[x] for x in kept}) if kept else set()
+    rows = [
+        part
+        for label in frames
+        if label not in left
+        for part in _rows(study, runs[label], frames[label], keep)
+    ]
+    if not rows:
+        why = "; ".join(f"{k}: {v}" for k, v in left.items())
+        raise WorkloadInputError(
+            "no run of the study has phases or records to compare" + (f" ({why})" if why else "")
+        )
     return pl.concat(rows), left

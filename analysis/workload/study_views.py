@@ -23,13 +23,24 @@ def phase_shares(tidy: pl.DataFrame, quantity: str) -> pl.DataFrame:
     )
 
 
+def run_samples(tidy: pl.DataFrame) -> dict[str, float]:
+    """Each run's samples per step (the tidy table's ``samples_per_step`` on its ``step`` row)."""
+    rows = tidy.filter(
+        (pl.col("metric") == "samples_per_step")
+        & (pl.col("path") == "step")
+        & pl.col("value").is_not_null()
+    )
+    return dict(rows.group_by("run").agg(pl.col("value").first()).rows())
+
+
 def parallel_efficiency(
     tidy: pl.DataFrame, group: str = "hardware", samples: Mapping[str, float] | None = None
 ) -> pl.DataFrame:
     """Per ``group`` value, phase and GPU count: scaling against the fewest GPUs.
 
     A run's cost is its GPU time per sample ``T · n / S`` (T: the phase's median wall time over
-    steps, n: the ``n_gpus`` axis, S: its samples per step from ``samples``); a point's cost is
+    steps, n: the ``n_gpus`` axis, S: its samples per step, from ``samples`` or else the tidy
+    table's ``samples_per_step``: :func:`run_samples`); a point's cost is
     the median over its runs with an S. ``efficiency = cost(base) / cost(n)``, base the fewest
     GPUs of the group: 1 = the GPUs added did proportionally more work, batch grown or not.
     Where a point of a group has no run with an S, the group's ``basis`` is
@@ -41,7 +52,7 @@ def parallel_efficiency(
         return pl.DataFrame()
     keys = [group] if group in tidy.columns else []
     over = [*keys, "path", "attribution"]
-    known = dict(samples or {})
+    known = dict(samples if samples is not None else run_samples(tidy))
     runs = (
         tidy.filter((pl.col("metric") == "wall_ms") & pl.col("n_gpus").is_not_null())
         .with_columns(pl.col("n_gpus").cast(pl.Float64, strict=False).alias("n_gpus"))
@@ -138,3 +149,39 @@ def length_summary(responses: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
             "rank_imbalance": pl.Float64,
         },
     )
+
+
+def energy_per_sample(tidy: pl.DataFrame, group: str = "hardware") -> pl.DataFrame:
+    """Per ``group`` value and GPU count: the step's energy per sample, median over the runs.
+
+    The tidy table's ``energy_per_sample_j`` on the ``step`` row (each run's median over steps
+    of the step's energy / its sequences). Columns: ``group, n_gpus, n_runs,
+    energy_per_sample_j``; runs without a positive numeric ``n_gpus`` or a value left out.
+    """
+    if "n_gpus" not in tidy.columns:
+        return pl.DataFrame()
+    keys = [group] if group in tidy.columns else []
+    return (
+        tidy.filter(
+            (pl.col("metric") == "energy_per_sample_j")
+            & (pl.col("path") == "step")
+            & pl.col("value").is_not_null()
+        )
+        .with_columns(pl.col("n_gpus").cast(pl.Float64, strict=False))
+        .filter(pl.col("n_gpus") > 0)
+        .group_by(*keys, "n_gpus")
+        .agg(
+            pl.len().cast(pl.Int64).alias("n_runs"),
+            pl.col("value").median().alias("energy_per_sample_j"),
+        )
+        .sort(*keys, "n_gpus")
+    )
+
+
+def token_energy(tidy: pl.DataFrame) -> pl.DataFrame:
+    """``run, path, mj_per_token`` of the step and its direct phases (``j_per_token`` × 1000)."""
+    return tidy.filter(
+        (pl.col("metric") == "j_per_token")
+        & (pl.col("path").str.count_matches("/") <= 1)
+        & pl.col("value").is_not_null()
+    ).select("run", "path", (pl.col("value") * 1000).alias("mj_per_token"))

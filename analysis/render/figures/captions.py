@@ -137,13 +137,22 @@ STUDY_CAPTIONS: dict[str, str] = {
         "what the GPUs draw while idle."
     ),
     "study_scaling": (
-        "Scaling: median step time against the GPU count (left, one line per hardware) and each "
-        "phase's parallel efficiency (right): GPU time per sample T·n/S at the fewest GPUs of "
-        "that hardware over that at n (S: responses per step from the length records; 1 = the "
-        "GPUs added did proportionally more work, with the batch grown or not; below 1 the phase "
-        "gains less than the GPUs added). Without sample counts at some point, S is assumed "
-        "equal (fixed batch: T(base)·n_base / (T(n)·n)) and the axis and study_scaling.csv "
-        "(basis) say so. Where several runs share a point, their median."
+        "Scaling: median step time against the GPU count (left, one line per hardware), the "
+        "step's energy per sample (middle: each run's median over steps of the step's energy, "
+        "all its GPUs, / its sequences; needs power samples and token counts) and each phase's "
+        "parallel efficiency (right): GPU time per sample T·n/S at the fewest GPUs of "
+        "that hardware over that at n (S: sequences per step from the length records or VeRL's "
+        "log; 1 = the GPUs added did proportionally more work, with the batch grown or not; below "
+        "1 the phase gains less than the GPUs added). Without sample counts at some point, S is "
+        "assumed equal (fixed batch: T(base)·n_base / (T(n)·n)) and the axis and "
+        "study_scaling.csv (basis) say so. Where several runs share a point, their median."
+    ),
+    "study_token_energy": (
+        "Energy per token: each run's energy over all steps / tokens over all steps, per direct "
+        "phase and for the whole step (log scale, mJ). Generation counts response tokens; every "
+        "other phase and the step count prompt + response tokens (VeRL's rule); energy is every "
+        "sampled GPU's over the phase (tokens_energy.csv). A run without token counts or power "
+        "has no bars."
     ),
     "study_lengths": (
         "Task → response-length structure: the empirical CDF of response lengths per task "

@@ -6,12 +6,18 @@ value, no power samples, no ``n_gpus``), which the report and the terminal print
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 
 import polars as pl
 
-from ...workload.study_views import parallel_efficiency, phase_shares
+from ...workload.study_views import (
+    energy_per_sample,
+    parallel_efficiency,
+    phase_shares,
+)
+from ...workload.study_views import (
+    token_energy as token_energy_rows,
+)
 from .compare import RUN_COLORS
 from .phases import plt, save_figure
 
@@ -123,35 +129,39 @@ def reward_cost(tidy: pl.DataFrame, out: Path, axis: str = "reward") -> list[Pat
     return save_figure(fig, out, "study_reward_cost", data=data)
 
 
-def scaling(
-    tidy: pl.DataFrame,
-    out: Path,
-    group: str = "hardware",
-    samples: Mapping[str, float] | None = None,
-) -> list[Path] | str:
-    """Step time and parallel efficiency per phase against ``n_gpus``, one line per group.
+def scaling(tidy: pl.DataFrame, out: Path, group: str = "hardware") -> list[Path] | str:
+    """Step time, energy per sample and parallel efficiency per phase against ``n_gpus``.
 
-    ``samples``: samples per step of each run (see :func:`parallel_efficiency`).
+    One line per ``group`` value; samples per step from the tidy table (see
+    :func:`~analysis.workload.study_views.parallel_efficiency`).
     """
     if "n_gpus" not in tidy.columns or tidy["n_gpus"].drop_nulls().n_unique() < 2:
         return "the n_gpus axis has fewer than two values: no scaling figure"
-    eff = parallel_efficiency(_window(tidy), group, samples)
+    eff = parallel_efficiency(_window(tidy), group)
     if eff.is_empty():
         return "no run has an n_gpus value"
+    energy = energy_per_sample(_window(tidy), group)
     keys = [group] if group in eff.columns else []
-    fig, (left, right) = plt.subplots(1, 2, figsize=FIGSIZE)
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(11.0, 4.5))
     step = eff.filter(pl.col("path") == "step")
-    for i, ((g,), part) in enumerate(step.group_by(keys or [pl.lit("all")], maintain_order=True)):
-        left.plot(
-            part["n_gpus"],
-            part["wall_ms"],
-            marker="o",
-            label=str(g),
-            color=RUN_COLORS[i % len(RUN_COLORS)],
-        )
-    left.set_xlabel("GPUs")
+    for ax, frame, column in ((left, step, "wall_ms"), (middle, energy, "energy_per_sample_j")):
+        if frame.is_empty():
+            ax.text(0.5, 0.5, "n/a (no power or no sample counts)", ha="center", fontsize=8)
+            continue
+        for i, ((g,), part) in enumerate(
+            frame.group_by(keys or [pl.lit("all")], maintain_order=True)
+        ):
+            ax.plot(
+                part["n_gpus"],
+                part[column],
+                marker="o",
+                label=str(g),
+                color=RUN_COLORS[i % len(RUN_COLORS)],
+            )
+        ax.set_xlabel("GPUs")
+        ax.legend(fontsize=7, title=group if keys else None)
     left.set_ylabel("median step time (ms)")
-    left.legend(fontsize=7, title=group if keys else None)
+    middle.set_ylabel("step energy per sample (J), median over steps")
     phases = eff.filter(pl.col("path").str.count_matches("/") == 1)
     for i, (names, part) in enumerate(phases.group_by([*keys, "path"], maintain_order=True)):
         label = " · ".join(str(n).removeprefix("step/") for n in names)
@@ -169,12 +179,49 @@ def scaling(
     right.set_ylabel(
         "parallel efficiency: GPU time per sample, base / n"
         if per_sample
-        else "parallel efficiency T(base)·n_base / (T(n)·n), fixed batch assumed"
+        else "parallel efficiency T(base)·n_base / (T(n)·n), fixed batch assumed",
+        fontsize=8,
     )
     right.legend(fontsize=7)
     fig.suptitle("Scaling with GPU count (median over runs of a point)")
     fig.tight_layout()
-    return save_figure(fig, out, "study_scaling", data=eff)
+    data = pl.concat(
+        [
+            eff.with_columns(pl.lit("time_and_efficiency").alias("panel")),
+            energy.with_columns(pl.lit("energy_per_sample").alias("panel")),
+        ],
+        how="diagonal_relaxed",
+    )
+    return save_figure(fig, out, "study_scaling", data=data)
+
+
+def token_energy(tidy: pl.DataFrame, out: Path) -> list[Path] | str:
+    """Energy per token (mJ) of the step and each direct phase, one bar per run in each group."""
+    rows = token_energy_rows(_window(tidy))
+    if rows.is_empty():
+        return "no run has token counts with power (length records or verl_log, and power samples)"
+    paths = rows["path"].unique(maintain_order=True).to_list()
+    paths = [p for p in paths if p != "step"] + (["step"] if "step" in paths else [])
+    runs = rows["run"].unique(maintain_order=True).to_list()
+    fig, ax = plt.subplots(figsize=FIGSIZE)
+    width = 0.8 / len(runs)
+    for i, run in enumerate(runs):
+        lookup = dict(rows.filter(pl.col("run") == run).select("path", "mj_per_token").rows())
+        xs = [k + (i - (len(runs) - 1) / 2) * width for k, p in enumerate(paths) if p in lookup]
+        ax.bar(
+            xs,
+            [lookup[p] for p in paths if p in lookup],
+            width=width,
+            label=run,
+            color=RUN_COLORS[i % len(RUN_COLORS)],
+        )
+    ax.set_xticks(range(len(paths)), [p.removeprefix("step/") for p in paths], rotation=30)
+    ax.set_yscale("log")
+    ax.set_ylabel("energy per token (mJ), over all steps")
+    ax.legend(fontsize=7)
+    fig.suptitle("Energy per token per phase (gen: response tokens; others: prompt + response)")
+    fig.tight_layout()
+    return save_figure(fig, out, "study_token_energy", data=rows)
 
 
 def lengths(

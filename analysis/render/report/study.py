@@ -6,7 +6,10 @@ from pathlib import Path
 
 import polars as pl
 
+from ...workload.compare import KEYS
 from ...workload.study import Study
+from ...workload.study_metrics import STUDY_METRICS
+from ...workload.study_sources import RECORDS
 from ..figures.captions import caption_for
 from .html_page import escape_html, escape_md, html_figures, md_figures, page
 
@@ -15,8 +18,19 @@ QUESTIONS: dict[str, str] = {
     "study_phase_signature": "Where does each policy's step go, in time and in energy?",
     "study_reward_cost": "What does the reward paradigm cost (time, energy, bytes, idle power)?",
     "study_lengths": "How does the task shape response lengths (skew, stragglers, imbalance)?",
-    "study_scaling": "How do step time and each phase scale with GPUs, per hardware?",
+    "study_scaling": "How do step time, energy per sample and each phase scale with GPUs?",
+    "study_token_energy": "What does a token cost in energy, phase by phase?",
 }
+
+
+def workload_table(tidy: pl.DataFrame) -> pl.DataFrame:
+    """One row per run, one column per run-scope metric it has (lengths: their own table)."""
+    names = [m.name for m in STUDY_METRICS if m.scope == "run" and m.source != "lengths"]
+    rows = tidy.filter(pl.col("metric").is_in(names))
+    if rows.is_empty():
+        return pl.DataFrame()
+    wide = rows.pivot(on="metric", index="run", values="value", aggregate_function="first")
+    return wide.select("run", *(n for n in names if n in wide.columns))
 
 
 def _run_rows(study: Study, left: dict[str, str]) -> list[list[str]]:
@@ -41,11 +55,12 @@ def write_study_report(
     e, m = escape_html, escape_md
     header = ["run", *study.axes, "status"]
     rows = _run_rows(study, left)
-    n_phases = tidy.select("path", "attribution").unique().height
+    n_phases = tidy.filter(pl.col("attribution") != RECORDS).select(KEYS).unique().height
     intro = (
-        f"{tidy['run'].n_unique()} of {len(study.runs)} run(s) compared over the "
-        f"{n_phases} phase(s) they share; table: study.csv (run × phase × metric, axes as "
-        "columns), metric definitions: study_metrics.csv."
+        f"{tidy['run'].n_unique()} of {len(study.runs)} run(s) in the study; {n_phases} phase(s) "
+        "compared, each between the runs that have it; table: study.csv (run × phase × metric, "
+        "axes as columns, input: trace, verl_log or records), metric definitions: "
+        "study_metrics.csv."
     )
     pngs = [p for p in figures if p.suffix == ".png"]
     html = [f'<p class="note">{e(intro)}</p>', '<h2>Runs</h2><div class="scroll"><table>']
@@ -63,17 +78,22 @@ def write_study_report(
         question = QUESTIONS.get(p.stem, p.stem)
         html += [f"<h2>{e(question)}</h2>", html_figures([p], caption_for)]
         md += [f"## {m(question)}", "", *md_figures([p], out, caption_for)]
-    if not lengths.is_empty():
-        html.append("<h2>Response lengths per run</h2><table><tr>")
-        html.append("".join(f"<th>{e(c)}</th>" for c in lengths.columns) + "</tr>")
-        md += ["## Response lengths per run", ""]
-        md.append("| " + " | ".join(m(c) for c in lengths.columns) + " |")
-        md.append("|" + "---|" * lengths.width)
-        for row in lengths.rows():
-            cells = [c if isinstance(c, str) else ("—" if c is None else f"{c:.3g}") for c in row]
+    for title, table in (
+        ("Response lengths per run", lengths),
+        ("Workload per run (records and logs; medians over steps)", workload_table(tidy)),
+    ):
+        if table.is_empty():
+            continue
+        html.append(f'<h2>{e(title)}</h2><div class="scroll"><table><tr>')
+        html.append("".join(f"<th>{e(c)}</th>" for c in table.columns) + "</tr>")
+        md += [f"## {m(title)}", ""]
+        md.append("| " + " | ".join(m(c) for c in table.columns) + " |")
+        md.append("|" + "---|" * table.width)
+        for row in table.rows():
+            cells = [c if isinstance(c, str) else ("—" if c is None else f"{c:.4g}") for c in row]
             html.append("<tr>" + "".join(f"<td>{e(c)}</td>" for c in cells) + "</tr>")
             md.append("| " + " | ".join(m(c) for c in cells) + " |")
-        html.append("</table>")
+        html.append("</table></div>")
         md.append("")
     if not_drawn:
         html.append("<h2>Not drawn</h2><ul>")
