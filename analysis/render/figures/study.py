@@ -264,7 +264,12 @@ def lengths(
         right.bar([k for k, _ in known], [v for _, v in known], width=0.4, label=text, color=colour)
     right.set_xticks(list(x), summary["run"].to_list(), rotation=30, fontsize=7)
     right.axhline(1.0, color="grey", lw=0.8, ls="--")
-    right.legend(fontsize=7, loc="lower right")
+    tallest = max(
+        (v for c in ("max_over_mean", "rank_imbalance") for v in summary[c].drop_nulls()),
+        default=1.0,
+    )
+    right.set_ylim(0, tallest * 1.3)  # room above the bars for the legend
+    right.legend(fontsize=7, loc="upper right")
     right.set_title("median over steps", fontsize=9)
     fig.suptitle("Task → response-length structure")
     fig.tight_layout()
