@@ -76,34 +76,45 @@ def opens_block(reach_ns: pl.Expr, gap_ns: int, *, start: str = "start_ns") -> p
     return (reach_ns.is_null() | (pl.col(start) - reach_ns >= gap_ns)).fill_null(True)
 
 
+def by_group_then_start(
+    frame: pl.DataFrame, keys: Sequence[str], *, start: str = "start_ns", end: str = "end_ns"
+) -> pl.DataFrame:
+    """``keys, start, end`` of ``frame`` sorted by the keys, then by start (nulls first).
+
+    Operations come in start order (the canonical order of :mod:`analysis.run.spill`): then a
+    stable sort on the keys alone gives the order, with no sort on start (checked, not assumed).
+    Rows tied on keys and start may come in any order: no rule here depends on theirs.
+    """
+    ordered = frame.select(*keys, start, end)
+    if ordered[start].is_sorted():
+        return ordered.sort(keys, maintain_order=True)
+    return ordered.sort(*keys, start)
+
+
 def union_length(
     frame: pl.DataFrame, by: Sequence[str], *, start: str = "start_ns", end: str = "end_ns"
 ) -> pl.DataFrame:
     """Length of the union of the intervals in each group (overlaps counted once), ``busy_ns``.
 
-    The sweep (:func:`past_reach`) without a loop. The running maximum is a window over
-    consecutive runs of a group (``rle_id`` of the sorted keys), computed before grouping: the
-    same window inside ``group_by().agg`` took 56 s instead of 1.2 s over a million
-    (segment, GPU) groups.
+    The sweep (:func:`past_reach`) without a loop, sorted by the keys. The running maximum is a
+    window over each group (``over``), which keeps a group's rows in frame order: in start order
+    the frame needs no sort at all (a sort on start only where it is not), and the groups' sums
+    are sorted at the end, a table of one row per group. The same window inside
+    ``group_by().agg`` took 56 s instead of 1.2 s over a million (segment, GPU) groups.
     """
     keys = list(by)
     if frame.is_empty():
         return frame.select(*keys).head(0).with_columns(pl.lit(0, dtype=pl.Int64).alias("busy_ns"))
-    # by start, then stably by the keys: (keys, start) order, in a third of the time of one
-    # sort on all of them (operations come nearly in start order; one sort on several columns
-    # encodes every row)
-    ordered = frame.select(*keys, start, end).sort(start).sort(keys, maintain_order=True)
-    group = pl.struct(keys).rle_id()
-    first_of_group = (group != group.shift(1)).fill_null(True)
-    # the shift runs over the whole frame: a group's first row takes the previous group's
-    # maximum, masked here
-    reach_ns = (
-        pl.when(first_of_group).then(None).otherwise(pl.col(end).cum_max().over(group).shift(1))
-    )
+    ordered = frame.select(*keys, start, end)
+    if not ordered[start].is_sorted():
+        ordered = ordered.sort(start)
     return (
-        ordered.with_columns(past_reach(reach_ns, start=start, end=end).alias("busy_ns"))
-        .group_by(keys, maintain_order=True)
+        ordered.with_columns(
+            past_reach(reach(keys, end=end), start=start, end=end).alias("busy_ns")
+        )
+        .group_by(keys)
         .agg(pl.col("busy_ns").sum())
+        .sort(keys)
     )
 
 
@@ -121,17 +132,29 @@ def union_blocks(
     before it (:func:`opens_block`; the default 1 joins overlapping and touching intervals, so
     the blocks are the union's connected parts and their lengths add up to
     :func:`union_length`). Null keys form a group of their own (sorted first).
+
+    Sorted by group and start, a block is a run of consecutive rows: its start is its first
+    row's, its end the group's running maximum at its last row (every end at or after its
+    start: an end before it falls back to grouping). No ``group_by`` over the blocks, a table as
+    long as the operations when few overlap (0.55 s → 0.2 s over a million kernels).
     """
     keys = list(by)
-    ordered = frame.select(*keys, start, end).sort(*keys, start)
-    block = opens_block(reach(keys, end=end), gap_ns, start=start).cum_sum()
-    return (
-        ordered.with_columns(block.alias("_block"))
-        .group_by("_block")
-        .agg(*(pl.col(k).first() for k in keys), pl.col(start).min(), pl.col(end).max())
-        .select(*keys, start, end)
-        .sort(*keys, start)
+    ordered = by_group_then_start(frame, keys, start=start, end=end)
+    opens = opens_block(reach(keys, end=end), gap_ns, start=start)
+    if (ordered[end] < ordered[start]).any():
+        return (
+            ordered.with_columns(opens.cum_sum().alias("_block"))
+            .group_by("_block")
+            .agg(*(pl.col(k).first() for k in keys), pl.col(start).min(), pl.col(end).max())
+            .select(*keys, start, end)
+            .sort(*keys, start)
+        )
+    marked = ordered.with_columns(
+        opens.alias("_opens"), pl.col(end).cum_max().over(keys).alias("_furthest")
     )
+    closes = pl.col("_opens").shift(-1, fill_value=True)
+    firsts = marked.filter(pl.col("_opens")).select(*keys, start)
+    return firsts.with_columns(marked.filter(closes)["_furthest"].alias(end))
 
 
 # --- segments --------------------------------------------------------------------------------
