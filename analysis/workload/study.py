@@ -79,16 +79,11 @@ Source = Callable[[str, Analysis], pl.DataFrame]
 def _phase_steps(label: str, analysis: Analysis) -> pl.DataFrame:
     """Median per phase over steps (``n_steps`` null for a run without step ranges).
 
-    A run without GPUs (a CPU capture) has only its wall times: its GPU figures are null.
+    A run without GPUs (a CPU capture) has only its wall times: its GPU figures are null
+    (:func:`~analysis.workload.compare.run_metrics`, as in ``compare``).
     """
     per_step, whole = run_metrics(label, analysis)
     wide = over_steps(per_step)
-    if analysis.summary.n_devices == 0:  # no GPU in the capture: its GPU figures are unknown, not 0
-        wide = wide.with_columns(
-            pl.lit(None, dtype=pl.Float64).alias(c)
-            for c in STEP_METRICS
-            if c != "wall_ms" and c in wide.columns
-        )
     if whole:
         wide = wide.with_columns(pl.lit(None, dtype=pl.Int64).alias("n_steps"))
     return wide
