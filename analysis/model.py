@@ -201,6 +201,9 @@ class RunSummary:
     selection: dict[str, Any] | None = None
     #: the run's GPU pools, each with its GPU time balance (``pools.csv``'s rows); None: no pools
     pools: list[dict[str, Any]] | None = None
+    #: what the analysis noticed about its inputs that changes no number (:attr:`Analysis.notes`:
+    #: no GPU metrics, no memory events captured, ...); empty in a summary written before
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``summary.json`` object: one flat mapping, keys in a fixed order."""
@@ -222,6 +225,7 @@ class RunSummary:
             "n_buckets": self.n_buckets,
             "power_files": self.power_files,
             "warnings": self.warnings,
+            "notes": self.notes,
             "provenance": self.provenance.to_dict() if self.provenance else None,
         }
         if self.selection is not None:
@@ -246,6 +250,7 @@ class RunSummary:
                 provenance=Provenance.from_dict(provenance) if provenance is not None else None,
                 selection=data.get("selection"),
                 pools=data.get("pools"),
+                notes=list(data.get("notes", [])),  # absent from older summaries
                 **{
                     f.name: data[f.name]
                     for f in dataclasses.fields(cls)
@@ -258,6 +263,7 @@ class RunSummary:
                         "provenance",
                         "selection",
                         "pools",
+                        "notes",
                     )
                 },
             )
@@ -329,7 +335,7 @@ class Analysis:
     #: when none were given.
     step_tokens: pl.DataFrame | None = None
     #: What the analysis noticed about its inputs that changes no number (e.g. no GPU metrics
-    #: captured); the commands print them as notes. Not saved.
+    #: captured); the commands print them as notes, ``summary.json`` saves them (``notes``).
     notes: tuple[str, ...] = field(default=(), compare=False)
     #: Temporary folder owned by this result (removed by :meth:`close`), if any.
     workdir: Path | None = field(default=None, repr=False, compare=False)

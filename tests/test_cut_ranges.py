@@ -227,7 +227,7 @@ def test_a_run_whose_every_step_is_cut_says_so(verl, tmp_path):
 def test_findings_of_a_run_whose_every_phase_row_is_cut(verl):
     run = load_analysis(verl["out"])
     run = dataclasses.replace(run, phases=run.phases.with_columns(pl.lit(True).alias(CUT)))
-    findings = what_stands_out(run, phase_summary(run.phases))
+    findings = what_stands_out(run, phase_summary(run))
     assert [f.omitted for f in findings] == [True] * 4 + [False]
     assert findings[0].text == (
         "every phase row holds a range cut at the capture's end (the last line says why)"

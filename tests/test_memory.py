@@ -187,6 +187,22 @@ def test_no_memory_events_says_so(tmp_path: Path) -> None:
 
     write_outputs(result, tmp_path / "out")
     assert not (tmp_path / "out" / "memory_per_phase.csv").exists()
+    # the note is saved in summary.json (``notes``, beside the warnings) and read back
+    saved = json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))
+    assert saved["notes"] == list(result.notes)
+    memory_notes = [n for n in saved["notes"] if n.startswith("no CUDA_GPU_MEMORY_USAGE_EVENTS ")]
+    assert memory_notes == [
+        "no CUDA_GPU_MEMORY_USAGE_EVENTS in the run's files (capture with `nsys profile "
+        "--cuda-memory-usage=true` or torch.profiler(profile_memory=True)): no memory per phase "
+        "table"
+    ]
+    from nvtx_phases.analysis.model import RunSummary
+    from nvtx_phases.analysis.render.outputs.files import load_analysis
+
+    assert load_analysis(tmp_path / "out").summary.notes == saved["notes"]
+    # a summary.json written before notes were saved reads back with none
+    del saved["notes"]
+    assert RunSummary.from_dict(saved).notes == []
 
 
 def _logged(path: Path) -> dict[tuple[int, str, str], float]:

@@ -111,7 +111,7 @@ def test_report_tables_have_no_ns_and_show_ms(sample):
 
 
 def test_what_stands_out_on_the_sample(sample):
-    findings = what_stands_out(sample, phase_summary(sample.phases))
+    findings = what_stands_out(sample, phase_summary(sample))
     assert [f.omitted for f in findings] == [False] * 4
     # the share is the median of per-step shares (39.5%), not a ratio of medians (24.60/62.58)
     assert findings[0].text == (
@@ -132,7 +132,7 @@ def test_what_stands_out_on_the_sample(sample):
 
 
 def test_cpu_only_report_says_why_findings_are_missing(cpu):
-    findings = what_stands_out(cpu, phase_summary(cpu.phases))
+    findings = what_stands_out(cpu, phase_summary(cpu))
     assert [f.omitted for f in findings] == [False, True, True, True]
     assert findings[1].text == "no GPU activity in these phases (a CPU-only capture)"
     assert "no power samples" in findings[3].text

@@ -306,7 +306,7 @@ def test_real_autograd_like_ranges_are_not_called_gpu_idle(tmp_path):
     longest = max(walls[p] for p in share)
     low = min((p for p in share if walls[p] >= 0.02 * longest), key=lambda p: (share[p], -walls[p]))
     analysis = load_analysis(tmp_path)
-    finding = what_stands_out(analysis, phase_summary(analysis.phases))[1].text
+    finding = what_stands_out(analysis, phase_summary(analysis))[1].text
     assert finding.startswith(
         f"{low} (worker range) leaves its process's GPUs idlest: busy {share[low]:.1f}% of its "
         f"{ms(walls[low])} ms (whole capture; of the phases at least 2% as long as the longest"
@@ -353,7 +353,7 @@ def test_largest_phase_share_is_the_median_of_per_step_shares(which, ray, ray_cl
             == 0
         )
         analysis, rows = load_analysis(out), read_phases(out / "phases.csv")
-    findings = what_stands_out(analysis, phase_summary(analysis.phases))
+    findings = what_stands_out(analysis, phase_summary(analysis))
     top, shares = _top_share_text(rows, "wall_ns")
     median, p10, p90 = spread(shares)
     assert findings[0].text.startswith(f"{top} takes the most time")

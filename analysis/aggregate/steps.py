@@ -9,6 +9,9 @@ Within a step, a phase marked by several processes lasts as long as its slowest 
 where the phase table has them) is the busy share of the GPUs the range's process used, counting
 every operation that process launched, on any thread.
 
+A run without GPUs (a CPU-only capture: ``n_devices`` 0 in its summary) has only wall times: every
+other metric (:data:`GPU_METRICS`) is null, "not available", never 0.
+
 A phase row with a range cut at the capture's end (:data:`~analysis.model.CUT`) has no true wall
 time: it is left out of the metrics per step, hence of the medians over steps
 (:func:`cut_note` says so).
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..model import RunSummary
 from .shares import cut_steps, is_cut
 
 #: metric column → (label, unit)
@@ -34,6 +38,9 @@ STEP_METRICS: dict[str, tuple[str, str]] = {
     "avg_power_w": ("average power", "W"),
     "energy_above_idle_j": ("energy above idle", "J"),
 }
+
+#: the metrics that need a GPU in the capture (all but wall time): null for a run without GPUs
+GPU_METRICS: tuple[str, ...] = tuple(m for m in STEP_METRICS if m != "wall_ms")
 
 #: the phase-table columns behind ``process_gpu_busy_pct`` (absent from older analyses)
 PROCESS_COLUMNS = ("process_gpu_busy_ns", "process_idle_ns")
@@ -59,11 +66,13 @@ def _known_sum(column: pl.Expr) -> pl.Expr:
     return pl.when(column.is_null().any()).then(None).otherwise(column.sum())
 
 
-def step_phase_metrics(phases: pl.DataFrame) -> pl.DataFrame:
+def step_phase_metrics(phases: pl.DataFrame, *, has_gpus: bool) -> pl.DataFrame:
     """One row per (step, path, attribution[, pool]) with every metric of :data:`STEP_METRICS`.
 
     Rows cut at the capture's end are left out (:func:`cut_note`). A metric of a row whose
     GPU work was not captured (null: :mod:`analysis.attribute.not_captured`) stays null.
+    ``has_gpus``: the capture saw a GPU (:func:`has_gpus`); without, :data:`GPU_METRICS` are
+    null (a CPU-only run launched no kernels because there was no GPU, not in 0 ms).
     """
     with_energy = pl.col("energy_j").is_not_null().any()
     graph = pl.col("graph_ns") if "graph_ns" in phases.columns else pl.lit(0)
@@ -93,8 +102,16 @@ def step_phase_metrics(phases: pl.DataFrame) -> pl.DataFrame:
         )
         .with_columns((pl.col("energy_j") / (pl.col("wall_ms") / 1e3)).alias("avg_power_w"))
         .with_columns(pl.col("gpu_busy_pct").fill_nan(None))
+        .with_columns(
+            [] if has_gpus else [pl.lit(None, dtype=pl.Float64).alias(m) for m in GPU_METRICS]
+        )
         .sort("step", "start_ns")
     )
+
+
+def has_gpus(summary: RunSummary) -> bool:
+    """Whether the run's capture saw a GPU (``n_devices`` > 0): its GPU metrics mean something."""
+    return summary.n_devices > 0
 
 
 def over_steps(per_step: pl.DataFrame) -> pl.DataFrame:

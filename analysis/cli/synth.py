@@ -49,6 +49,17 @@ UntracedRollout = Annotated[
     ),
 ]
 
+Memory = Annotated[
+    bool,
+    typer.Option(
+        help="Also write nsys's CUDA memory-usage table (CUDA_GPU_MEMORY_USAGE_EVENTS, as "
+        "--cuda-memory-usage=true): per rank, allocations and frees with a known profile (KV "
+        "cache in gen, activations in update_actor, optimizer state offloaded in "
+        "update_weights) and pinned host rows that must not count; ground truth per phase "
+        "row and GPU (entry, peak, time-weighted mean). Not with --ray or --async."
+    ),
+]
+
 
 @app.command()
 def synth(
@@ -72,6 +83,7 @@ def synth(
         int, typer.Option(min=1, max=7, help="GPUs of the --async capture's rollout pool.")
     ] = 2,
     untraced_rollout: UntracedRollout = False,
+    memory: Memory = False,
 ) -> None:
     """Write a synthetic VeRL-like GRPO run as nsys 2022.4 SQLite export(s)."""
     from ..jobs import synthesize
@@ -82,6 +94,8 @@ def synth(
     config: SynthConfig | RayConfig | AsyncConfig
     if ray and async_:
         raise typer.BadParameter("--ray and --async are two different captures: give one")
+    if memory and (ray or async_):
+        raise typer.BadParameter("--memory is an option of the GRPO run (not --ray or --async)")
     if untraced_rollout and not async_:
         raise typer.BadParameter("--untraced-rollout is an option of --async")
     if async_:
@@ -111,6 +125,7 @@ def synth(
             power=power,
             lengths=lengths,
             graphs=bool(cuda_graphs),
+            memory=memory,
         )
     for path in synthesize(out, config, truth=truth):
         console.print(f"wrote {path}")

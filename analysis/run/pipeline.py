@@ -8,6 +8,7 @@ buckets of about ``chunk_ops`` operations, then attribute over the whole run (re
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import shutil
 import tempfile
@@ -95,6 +96,9 @@ def analyze(
         result = _analyze(files, work, opts, progress=progress, on_file_done=on_file_done)
         result = with_gpu_metrics(result, progress or (lambda _message: None))
         result = with_memory(result, progress or (lambda _message: None))
+        # the notes are complete here: summary.json saves them beside the warnings
+        summary = dataclasses.replace(result.summary, notes=list(result.notes))
+        result = dataclasses.replace(result, summary=summary)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise

@@ -11,7 +11,7 @@ Modules, one job each: ``constants`` (names and numbers both captures share), ``
 GRPO run's knobs and layout), ``timeline`` (ranges, GPU operations, the step layout and a trainer
 worker range, shared), ``power_model`` (the power model, shared), ``model`` (the GRPO run's
 timeline), ``schema`` (the nsys DDL), ``export`` (writing one export, shared), ``truth`` (ground
-truth), ``lengths`` (length records), ``build`` (writing the GRPO run's files); ``ray/`` the same
+truth), ``lengths`` (length records), ``memory`` (CUDA memory events, with ``memory``), ``build`` (writing the GRPO run's files); ``ray/`` the same
 for the Ray capture, ``async_rl/`` for the asynchronous one.
 """
 

@@ -33,8 +33,9 @@ from pathlib import Path
 
 from .config import WORKER_PID0, SynthConfig
 from .constants import BASE_UTC_NS, DRIVER_PID
-from .export import ExportFile, Process, write_export
+from .export import MEMORY_TABLE, ExportFile, Process, write_export
 from .lengths import write_lengths
+from .memory import MemoryEvent, memory_events
 from .model import GrpoBuilder
 from .schema import TABLES
 from .truth import ground_truth
@@ -53,6 +54,7 @@ def generate(
     cfg = cfg or SynthConfig()
     b = GrpoBuilder(cfg)
     b.build()
+    memory = memory_events(b, cfg.ranks) if cfg.memory else None
     out = Path(out)
     duration = b.duration
     pids = [DRIVER_PID] + [WORKER_PID0 + r for r in range(cfg.ranks)]
@@ -63,13 +65,13 @@ def generate(
             shift = i * cfg.file_start_stagger_ns  # this process's capture started later
             name = "driver" if pid == DRIVER_PID else f"worker_rank{pid - WORKER_PID0}"
             written.append(out / f"{name}.sqlite")
-            _write_file(written[-1], b, [pid], shift, duration - shift)
+            _write_file(written[-1], b, [pid], shift, duration - shift, memory)
         truth_path = out / "ground_truth.json"
         power_path = out / "power_synthetic.parquet"
         lengths_dir = out / "lengths"
     else:
         out.parent.mkdir(parents=True, exist_ok=True)
-        _write_file(out, b, pids, 0, duration)
+        _write_file(out, b, pids, 0, duration, memory)
         written.append(out)
         truth_path = out.with_name(out.stem + ".ground_truth.json")
         power_path = out.with_name(out.stem + ".power.parquet")
@@ -80,9 +82,10 @@ def generate(
         _write_power(b, power_path)
     if with_truth:
         config = asdict(cfg)
-        if not cfg.graphs:  # added later: absent when off, so older ground truths stay as they are
-            del config["graphs"]
-        truth = {"config": config, **ground_truth(b)}
+        for added in ("graphs", "memory"):  # added later: absent when off, so older ground
+            if not config[added]:  # truths stay as they are
+                del config[added]
+        truth = {"config": config, **ground_truth(b, memory)}
         truth_path.write_text(json.dumps(truth, indent=1) + "\n")
     return written
 
@@ -93,12 +96,22 @@ def _process_name(pid: int) -> str:
     return f"ray::WorkerDict rank {pid - WORKER_PID0}"
 
 
-def _write_file(path: Path, b: GrpoBuilder, pids: list[int], shift_ns: int, duration: int) -> None:
-    """Write the events of ``pids`` to one export whose session starts ``shift_ns`` late."""
+def _write_file(
+    path: Path,
+    b: GrpoBuilder,
+    pids: list[int],
+    shift_ns: int,
+    duration: int,
+    memory: list[MemoryEvent] | None,
+) -> None:
+    """Write the events of ``pids`` to one export whose session starts ``shift_ns`` late.
+
+    ``memory``: the run's CUDA memory events (None: no ``CUDA_GPU_MEMORY_USAGE_EVENTS`` table).
+    """
     launch_kinds = ("kernel", "memcpy", "memset", *(["graph"] if b.cfg.graphs else []))
     spec = ExportFile(
         processes=tuple(Process(p, _process_name(p), ((p, _process_name(p)),)) for p in pids),
-        tables=TABLES,
+        tables=TABLES if memory is None else TABLES | {MEMORY_TABLE},
         shift_ns=shift_ns,
         session_utc_ns=BASE_UTC_NS + shift_ns,
         session_iso="",
@@ -110,7 +123,7 @@ def _write_file(path: Path, b: GrpoBuilder, pids: list[int], shift_ns: int, dura
         grid_x=108,  # an A100's SMs
         local_device=False,  # one process sees all GPUs of the run: deviceId = rank
     )
-    write_export(path, spec, b, clock_marks=b.cfg.power)
+    write_export(path, spec, b, clock_marks=b.cfg.power, memory=memory or ())
 
 
 def _write_power(b: GrpoBuilder, path: Path) -> None:

@@ -56,3 +56,7 @@ class SynthConfig:
     #: Run most decode kernels of ``generate_sequences`` as CUDA graph executions
     #: (``CUPTI_ACTIVITY_KIND_GRAPH_TRACE``), the straddling one included.
     graphs: bool = False
+    #: Write nsys's CUDA memory-usage table (``CUDA_GPU_MEMORY_USAGE_EVENTS``, as
+    #: ``--cuda-memory-usage=true``) with a known profile per phase (:mod:`analysis.synth.memory`)
+    #: and its ground truth per phase row and GPU.
+    memory: bool = False

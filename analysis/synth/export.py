@@ -16,6 +16,7 @@ from pathlib import Path
 from nvtx_phases.power import clock_mark_text
 
 from .constants import DRIVER_PID, LAUNCH_NAMES, VM_ID
+from .memory import MemoryEvent
 from .schema import (
     GRAPH_COLUMNS,
     GRAPH_TRACE_TABLE,
@@ -41,6 +42,20 @@ NVTX_COLUMNS = (
     "int64Value",
 )
 NVTX_MARK, NVTX_RANGE, NVTX_DOMAIN_CREATE = 34, 59, 75  # ENUM_NSYS_EVENT_TYPE ids
+#: the columns of a ``CUDA_GPU_MEMORY_USAGE_EVENTS`` row the synthetic exports fill (nsys 2022.4's
+#: DDL; ``name``, ``correlationId`` and the memory-pool columns stay null)
+MEMORY_COLUMNS = (
+    "start",
+    "globalPid",
+    "deviceId",
+    "contextId",
+    "address",
+    "pc",
+    "bytes",
+    "memKind",
+    "memoryOperationType",
+)
+MEMORY_TABLE = "CUDA_GPU_MEMORY_USAGE_EVENTS"
 _VERL_DOMAIN, _PHASES_DOMAIN = 1, 2  # domainIds of "verl" and "nvtx_phases" (default: 0)
 _DRIVER_COLOR = 0xFF00FF00
 #: Writes an export's NVTX_EVENTS rows (``NVTX_COLUMNS``) given the string registry's ``id``.
@@ -130,13 +145,16 @@ def write_export(
     clock_marks: bool,
     nvtx: NvtxRows | None = None,
     ops: Sequence[GpuOp] | None = None,
+    memory: Sequence[MemoryEvent] = (),
 ) -> None:
     """Write the events of ``f.processes`` to a fresh export at ``path``.
 
     ``clock_marks``: the power sampler ran in the driver, so its clock marks are among the
     driver's NVTX events (where the driver is in this export). ``nvtx``: the NVTX rows, where
     the capture writes its own (else the driver's and the workers' ranges of ``tl``). ``ops``:
-    the GPU operations the export holds (default: every one of its processes').
+    the GPU operations the export holds (default: every one of its processes'). ``memory``:
+    CUDA memory events, of which the export's processes' are written (``f.tables`` must then
+    hold ``CUDA_GPU_MEMORY_USAGE_EVENTS``).
     """
     if path.exists():
         path.unlink()
@@ -155,6 +173,7 @@ def write_export(
         mine = [o for o in (tl.ops if ops is None else ops) if o.pid in f.pids]
         _write_runtime(con, f, mine, strings)
         _write_gpu_ops(con, f, mine, strings)
+        _write_memory(con, f, [m for m in memory if m.pid in f.pids])
         con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(v, k) for k, v in strings.items()])
         con.commit()
     finally:
@@ -285,3 +304,24 @@ def _write_gpu_ops(
     if rows["graph"]:  # exports are lazy: the table exists only where a graph ran
         con.executescript(graph_trace_ddl())
         con.executemany(insert(GRAPH_TRACE_TABLE, GRAPH_COLUMNS), rows["graph"])
+
+
+def _write_memory(con: sqlite3.Connection, f: ExportFile, events: list[MemoryEvent]) -> None:
+    """``CUDA_GPU_MEMORY_USAGE_EVENTS`` rows, in the order given (nsys's: by time)."""
+    if not events:
+        return
+    rows = [
+        (
+            m.ts - f.shift_ns,
+            global_pid(m.pid),
+            0 if f.local_device else m.gpu,
+            1,
+            m.address,
+            0,
+            m.nbytes,
+            m.mem_kind,
+            m.operation,
+        )
+        for m in events
+    ]
+    con.executemany(insert(MEMORY_TABLE, MEMORY_COLUMNS), rows)

@@ -7,9 +7,13 @@ integral) serve both captures; :func:`ground_truth` is the GRPO run's.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from fractions import Fraction
 
 import numpy as np
 
+from .config import WORKER_PID0
+from .constants import COPY_KIND_D2H, COPY_KIND_H2D
+from .memory import MemoryEvent
 from .model import GrpoBuilder
 from .timeline import GpuOp, Range, Timeline
 
@@ -156,8 +160,11 @@ def energy_truth(tl: Timeline, gpus: range, labels: Sequence[str] | None = None)
 # --- the GRPO run --------------------------------------------------------------------------------
 
 
-def ground_truth(b: GrpoBuilder) -> dict:
-    """Expected phase metrics, computed by clipping every op to every range (numpy)."""
+def ground_truth(b: GrpoBuilder, memory: Sequence[MemoryEvent] | None = None) -> dict:
+    """Expected phase metrics, computed by clipping every op to every range (numpy).
+
+    ``memory``: the CUDA memory events written (then ``memory`` per phase row and GPU too).
+    """
     a = op_arrays(b.ops)
     start, end, kind, wr = a["start"], a["end"], a["kind"], a["wr"]
     keys = [k for k in _GRPO_METRICS if b.cfg.graphs or k not in ("graph_ns", "n_graphs")]
@@ -208,6 +215,7 @@ def ground_truth(b: GrpoBuilder) -> dict:
         "worker_phases": workers,
         "kernels": op_tables(b.ops)[0],
         **(energy_truth(b, range(b.cfg.ranks)) if b.cfg.power else {}),
+        **({"memory": memory_truth(b, memory)} if memory is not None else {}),
     }
 
 
@@ -218,4 +226,61 @@ def _graph_totals(kind: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict:
         "graph_ns": int((end - start)[graph].sum()),
         "n_graphs": int(graph.sum()),
         "notes": [GRAPH_NOTE],
+    }
+
+
+#: ``memKind`` ids of memory on the GPU (Device, Array, Device Static of ENUM_CUDA_MEM_KIND);
+#: stated here again, not imported from the analysis
+_ON_DEVICE = {2, 3, 5}
+
+
+def memory_truth(b: GrpoBuilder, events: Sequence[MemoryEvent]) -> dict:
+    """Device memory per phase row and GPU, by brute force over the rows written (plain Python).
+
+    The level on a GPU starts at 0 at the capture's start and moves by each device-resident
+    event's bytes (+ allocation, − free), in the rows' order (by time, then as written). Per row
+    ``[start, end)`` and GPU: ``n_events`` inside, ``entry_bytes`` (after every event before
+    ``start``), ``peak_bytes`` (entry and after each event inside), ``mean_bytes`` (exact ∫ level
+    dt / wall, as a float), and the H2D/D2H bytes of the GPU's copies starting inside. Rows:
+    every driver range on every GPU (window), every worker range on its own GPU (projection).
+    """
+    deltas: dict[int, list[tuple[int, int]]] = {g: [] for g in range(b.cfg.ranks)}
+    for m in events:
+        if m.mem_kind in _ON_DEVICE:
+            deltas[m.gpu].append((m.ts, m.nbytes if m.operation == 0 else -m.nbytes))
+
+    def row(r: Range, gpu: int) -> dict:
+        entry = sum(d for ts, d in deltas[gpu] if ts < r.start)
+        level, peak, area, at, n = entry, entry, 0, r.start, 0
+        for ts, d in deltas[gpu]:
+            if r.start <= ts < r.end:
+                area += level * (ts - at)
+                at, level, n = ts, level + d, n + 1
+                peak = max(peak, level)
+        area += level * (r.end - at)
+        copies = [o for o in b.ops if o.kind == "memcpy" and o.gpu == gpu]
+        moved = {
+            name: sum(
+                o.nbytes for o in copies if o.copy_kind == kind and r.start <= o.start < r.end
+            )
+            for name, kind in (("h2d_bytes", COPY_KIND_H2D), ("d2h_bytes", COPY_KIND_D2H))
+        }
+        return {
+            "pid": r.pid,
+            "step": r.step,
+            "path": r.path,
+            "gpu": gpu,
+            "start_ns": r.start,
+            "end_ns": r.end,
+            "n_events": n,
+            "entry_bytes": entry,
+            "peak_bytes": peak,
+            "mean_bytes": float(Fraction(area, r.end - r.start)),
+            **moved,
+        }
+
+    return {
+        "basis": "since_capture_start",
+        "window": [row(r, g) for r in b.driver for g in range(b.cfg.ranks)],
+        "projection": [row(r, r.pid - WORKER_PID0) for r in b.workers],
     }

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ..aggregate.steps import STEP_METRICS, over_steps, step_phase_metrics
+from ..aggregate.steps import STEP_METRICS, has_gpus, over_steps, step_phase_metrics
 from ..errors import WorkloadInputError
 from ..model import Analysis
 
@@ -51,14 +51,17 @@ def run_metrics(label: str, analysis: Analysis) -> tuple[pl.DataFrame, bool]:
     """Per-step phase metrics of one run, and whether they cover the whole capture instead.
 
     A run with phases but no step index on any of them (no ``step`` range, no payload) gives
-    one row per phase for the whole capture (``step`` 0) and ``True``.
+    one row per phase for the whole capture (``step`` 0) and ``True``. A run without GPUs has
+    null GPU metrics (:func:`~analysis.aggregate.steps.step_phase_metrics`).
     """
     phases = analysis.phases
     if phases.is_empty():
         raise _no_phases(label, analysis)
+    gpus = has_gpus(analysis.summary)
     if phases["step"].is_not_null().any():
-        return step_phase_metrics(phases), False
-    return step_phase_metrics(phases.with_columns(pl.lit(0, dtype=pl.Int64).alias("step"))), True
+        return step_phase_metrics(phases, has_gpus=gpus), False
+    whole = phases.with_columns(pl.lit(0, dtype=pl.Int64).alias("step"))
+    return step_phase_metrics(whole, has_gpus=gpus), True
 
 
 def _check_comparable(metrics: dict[str, pl.DataFrame], whole: dict[str, bool]) -> None:

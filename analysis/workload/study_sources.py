@@ -24,7 +24,7 @@ import polars as pl
 from nvtx_phases.naming import PATH_SEP, STEP
 
 from ..aggregate.shares import share_over_steps, step_shares
-from ..aggregate.steps import STEP_METRICS, over_steps
+from ..aggregate.steps import over_steps
 from ..model import WINDOW, Analysis
 from .compare import run_metrics
 from .study_metrics import STUDY_METRICS
@@ -55,19 +55,13 @@ Source = Callable[[LoadedRun], pl.DataFrame | None]
 def _phase_steps(run: LoadedRun) -> pl.DataFrame | None:
     """Median per phase over steps: compare's per-step metrics, or VeRL's timers (wall only).
 
-    A run without GPUs (a CPU capture) has only its wall times: its GPU figures are null.
+    A run without GPUs (a CPU capture) has only its wall times: its GPU figures are null
+    (:func:`~analysis.workload.compare.run_metrics`, as in ``compare``).
     """
     if run.analysis is None:
         return _logged_phase_steps(run.log_values) if run.log_values is not None else None
-    analysis = run.analysis
-    per_step, whole = run_metrics(run.label, analysis)
+    per_step, whole = run_metrics(run.label, run.analysis)
     wide = over_steps(per_step)
-    if analysis.summary.n_devices == 0:  # no GPU in the capture: its GPU figures are unknown, not 0
-        wide = wide.with_columns(
-            pl.lit(None, dtype=pl.Float64).alias(c)
-            for c in STEP_METRICS
-            if c != "wall_ms" and c in wide.columns
-        )
     if whole:
         wide = wide.with_columns(pl.lit(None, dtype=pl.Int64).alias("n_steps"))
     return wide

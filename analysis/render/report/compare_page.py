@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 
 from ..figures.captions import compare_caption
-from .comparison import has_graphs, intro, metric_tables, metric_title
+from .comparison import has_graphs, intro, metric_tables, metric_title, without_gpu_metrics
 from .html_page import escape_html, html_figure, page
 
 
@@ -39,7 +39,7 @@ def compare_html(summary: pl.DataFrame, runs: list[str], figures: list[Path]) ->
     whole_capture = summary["n_steps"].null_count() == summary.height
     pngs = {p.stem: p for p in figures if p.suffix == ".png"}
     parts = [
-        f"<p>{e(intro(runs, whole_capture, has_graphs(summary)))}</p>",
+        f"<p>{e(intro(runs, whole_capture, has_graphs(summary), without_gpu_metrics(summary)))}</p>",
         '<p class="csv">Every phase and metric: <a href="compare.csv">compare.csv</a>; per '
         'step: <a href="compare_steps.csv">compare_steps.csv</a>.</p>',
     ]

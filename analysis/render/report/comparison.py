@@ -11,11 +11,12 @@ order. A number that rounds to zero prints as ``0``, never ``-0.000``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
 
-from ...aggregate.steps import STEP_METRICS
+from ...aggregate.steps import GPU_METRICS, STEP_METRICS
 from ...workload.compare import FLOOR_TEXT, KEYS
 from .html_page import escape_md
 
@@ -116,6 +117,18 @@ def has_graphs(summary: pl.DataFrame) -> bool:
     return bool((both["gpu_time_ms"] != both["kernel_ms"]).any())
 
 
+def without_gpu_metrics(summary: pl.DataFrame) -> list[str]:
+    """The runs (in order) without a value of any GPU metric: their GPU cells are "—".
+
+    A capture without GPUs (or none of whose GPU work was captured): not available.
+    """
+    gpu = summary.filter(pl.col("metric").is_in(GPU_METRICS))
+    known = gpu.group_by("run").agg(pl.col("median").is_not_null().any().alias("known"))
+    order = summary.select("run", "run_order").unique().sort("run_order")["run"].to_list()
+    unknown = set(known.filter(~pl.col("known"))["run"].to_list())
+    return [r for r in order if r in unknown]
+
+
 def shown_metrics(summary: pl.DataFrame) -> list[str]:
     """The metrics of :data:`MARKDOWN_METRICS` with a value in some run, in order.
 
@@ -163,8 +176,13 @@ def floors_text() -> str:
     return ", ".join(f"{FLOOR_TEXT[u]} ({kinds[u]})" for u in kinds)
 
 
-def intro(runs: list[str], whole_capture: bool, graphs: bool = True) -> str:
-    """The comparison's opening lines (plain text): runs, reference, what the cells hold."""
+def intro(
+    runs: list[str], whole_capture: bool, graphs: bool = True, no_gpu: Sequence[str] = ()
+) -> str:
+    """The comparison's opening lines (plain text): runs, reference, what the cells hold.
+
+    ``no_gpu``: runs without any GPU metric (:func:`without_gpu_metrics`), named once.
+    """
     text = (
         f"Runs: {', '.join(runs)} (differences against {runs[0]}: in the metric's unit, "
         f"and in % of its value where that value is at least {floors_text()}; below, the % is "
@@ -172,6 +190,11 @@ def intro(runs: list[str], whole_capture: bool, graphs: bool = True) -> str:
         "range counts only the work its own thread launched; process GPU busy, every "
         "operation of its process. "
     )
+    if no_gpu:
+        text += (
+            f"No GPU metrics for {', '.join(no_gpu)}: not available (no GPU in the capture, or "
+            "its GPU work not captured); only wall times, the GPU cells are —. "
+        )
     if not graphs:
         text += "No CUDA graphs in these runs: GPU time equals kernel time (both in compare.csv). "
     if whole_capture:
@@ -187,7 +210,7 @@ def comparison_markdown(summary: pl.DataFrame, labels: list[str]) -> str:
     whole_capture = summary["n_steps"].null_count() == summary.height
     return (
         "# nvtx-phases comparison\n\n"
-        + escape_md(intro(labels, whole_capture, has_graphs(summary)))
+        + escape_md(intro(labels, whole_capture, has_graphs(summary), without_gpu_metrics(summary)))
         + "\n\n"
         + to_markdown(summary)
     )

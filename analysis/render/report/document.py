@@ -17,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
-from ...aggregate.steps import PROCESS_COLUMNS, over_steps, step_phase_metrics
+from ...aggregate.steps import PROCESS_COLUMNS, has_gpus, over_steps, step_phase_metrics
 from ...model import PROJECTION, WINDOW, Analysis
 from ..figures.captions import caption_for
 from ..outputs.atomic import atomic_write
@@ -61,17 +61,18 @@ PHASE_COLUMNS: dict[str, str] = {
 }
 
 
-def phase_summary(phases: pl.DataFrame) -> pl.DataFrame:
+def phase_summary(analysis: Analysis) -> pl.DataFrame:
     """Per phase path and attribution (execution order): median and p10–p90 over steps.
 
     A run without step ranges (no phase has a step index) gives one value per phase over the
-    whole capture, ``n_steps`` null.
+    whole capture, ``n_steps`` null; a run without GPUs, null GPU metrics.
     """
+    phases, gpus = analysis.phases, has_gpus(analysis.summary)
     if phases.height and phases["step"].null_count() == phases.height:
         whole = phases.with_columns(pl.lit(0, dtype=pl.Int64).alias("step"))
-        summary = over_steps(step_phase_metrics(whole))
+        summary = over_steps(step_phase_metrics(whole, has_gpus=gpus))
         return summary.with_columns(pl.lit(None, dtype=pl.Int64).alias("n_steps"))
-    return over_steps(step_phase_metrics(phases))
+    return over_steps(step_phase_metrics(phases, has_gpus=gpus))
 
 
 #: the phase table's columns that need GPU work (left out of a CPU-only capture's table)
@@ -181,7 +182,7 @@ def phase_table(summary: pl.DataFrame, analysis: Analysis) -> ReportTable:
 
 def report_tables(analysis: Analysis, sections: list[Section] | None = None) -> list[ReportTable]:
     """Every table of the report, in order: the phase table, then each section's."""
-    tables = [phase_table(phase_summary(analysis.phases), analysis)]
+    tables = [phase_table(phase_summary(analysis), analysis)]
     tables += [humanize(title, frame) for title, frame in sections or []]
     seen: dict[str, int] = {}
     for table in tables:  # distinct CSV names even for sections of the same title
@@ -319,7 +320,7 @@ class _Content:
 
 
 def _content(analysis: Analysis, sections: list[Section] | None) -> _Content:
-    findings = what_stands_out(analysis, phase_summary(analysis.phases))
+    findings = what_stands_out(analysis, phase_summary(analysis))
     return _Content(report_tables(analysis, sections), findings)
 
 
