@@ -48,8 +48,8 @@ demo: $(BASE)
 ## study-demo: a study of the sample runs (reward paradigm × GPU count × policy): table, figures, report
 study-demo: $(BASE)
 	mkdir -p $(OUT)/study_demo/runs
-	$(BIN)/nvtx-phases synth $(OUT)/study_demo/runs/rule_4gpu.sqlite --ranks 4 > /dev/null
-	$(BIN)/nvtx-phases synth $(OUT)/study_demo/runs/rm_4gpu.sqlite --ranks 4 --reward-model > /dev/null
+	$(BIN)/nvtx-phases synth $(OUT)/study_demo/runs/rule_4gpu.sqlite --ranks 4 --memory > /dev/null
+	$(BIN)/nvtx-phases synth $(OUT)/study_demo/runs/rm_4gpu.sqlite --ranks 4 --reward-model --memory > /dev/null
 	sed -e 's|@SAMPLES@|$(CURDIR)/traces_sample|' -e 's|@REPO@|$(CURDIR)|' traces_sample/study_demo.toml \
 		> $(OUT)/study_demo/study.toml
 	$(BIN)/nvtx-phases study $(OUT)/study_demo/study.toml --out $(OUT)/study_demo

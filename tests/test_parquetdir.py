@@ -92,7 +92,8 @@ def test_narrower_integer_types_read_as_sqlite_does(parquetdirs, tmp_path):
 
 
 def test_a_folder_of_parquetdirs_is_one_run(tmp_path):
-    folder = tmp_path / "run"
+    # not "run": the folder's name is masked in the outputs, and notes say "the run's exports"
+    folder = tmp_path / "split_capture"
     for export in SPLIT_SAMPLE:
         sqlite_to_parquetdir(export, folder / f"{export.stem}.parquetdir")
     found = resolve_trace_inputs([folder])

@@ -228,4 +228,36 @@ def test_memory_per_phase_of_a_real_kineto_trace(tmp_path):
         inside = [int(e["args"]["Total Allocated"]) for e in mine if start <= float(e["ts"]) < end]
         peaks.append(max([entry, *inside]))
     row = tidy[("k", "ProfilerStep#3", "projection", "peak_memory_mb")]
-    assert float(row["value"]) == max(peaks) / 1e6
+    assert float(row["value"]) == pytest.approx(max(peaks) / 1e6, rel=1e-15)
+
+
+def test_memory_metrics_against_the_generators_truth(tmp_path):
+    """peak_memory_mb, h2d_mb, d2h_mb of ``synth --memory``: from its brute-force truth rows."""
+    from nvtx_phases.analysis.cli import app
+    from typer.testing import CliRunner
+
+    trace = tmp_path / "m.sqlite"
+    result = CliRunner().invoke(app, ["synth", str(trace), "--memory", "--steps", "3"])
+    assert result.exit_code == 0, result.output
+    file = _study(tmp_path, [_run("m", 'task = "x"', path=trace)])
+    study_to(file, tmp_path / "out")
+    tidy = _tidy(tmp_path / "out")
+    truth = json.loads((tmp_path / "m.ground_truth.json").read_text())["memory"]["window"]
+    paths = {r["path"] for r in truth}
+    assert "step/gen" in paths
+    for path in paths:
+        rows = [r for r in truth if r["path"] == path]
+        peak = tidy[("m", path, "window", "peak_memory_mb")]
+        assert float(peak["value"]) == pytest.approx(
+            max(r["peak_bytes"] for r in rows) / 1e6, rel=1e-15
+        )
+        per_step: dict[int, list[int]] = {}
+        for r in rows:
+            per_step.setdefault(r["step"], [0, 0])
+            per_step[r["step"]][0] += r["h2d_bytes"]
+            per_step[r["step"]][1] += r["d2h_bytes"]
+        h2d = statistics.median(v[0] for v in per_step.values()) / 1e6
+        d2h = statistics.median(v[1] for v in per_step.values()) / 1e6
+        assert float(tidy[("m", path, "window", "h2d_mb")]["value"]) == pytest.approx(h2d)
+        assert float(tidy[("m", path, "window", "d2h_mb")]["value"]) == pytest.approx(d2h)
+        assert int(peak["n_steps"]) == len(per_step)
